@@ -1,0 +1,371 @@
+/// A JSON value as TokenKit parses it: strictly (RFC 8259 grammar, valid UTF-8, no duplicate
+/// member names, bounded nesting).
+///
+/// Numbers keep their literal text, so large integers survive a round trip unchanged; use
+/// ``doubleValue`` to read one as a number.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    /// The number's literal text, exactly as it appeared (e.g. `"1700000000"`, `"1.5e3"`).
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    /// The value of a number as a `Double`, or nil for other kinds.
+    public var doubleValue: Double? {
+        if case .number(let text) = self { return Double(text) }
+        return nil
+    }
+
+    /// The string, or nil for other kinds.
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// The members of an object, or nil for other kinds.
+    public var objectValue: [String: JSONValue]? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+
+    /// A JSON number for an integer.
+    public static func integer(_ value: Int) -> JSONValue { .number(String(value)) }
+
+    /// Serializes compactly, object members sorted by name (deterministic output).
+    public var compactText: String {
+        var out = ""
+        JSONWriter.write(self, into: &out, indent: nil, level: 0)
+        return out
+    }
+
+    /// Serializes with two-space indentation, object members sorted by name.
+    public var prettyText: String {
+        var out = ""
+        JSONWriter.write(self, into: &out, indent: "  ", level: 0)
+        return out
+    }
+
+    /// Parses JSON text strictly.
+    public static func parse(_ text: String) throws(TokenError) -> JSONValue {
+        try text.withUTF8Bytes { buffer throws(TokenError) in try JSONParser.parse(buffer) }
+    }
+
+    /// Parses JSON bytes strictly.
+    public static func parse(_ bytes: [UInt8]) throws(TokenError) -> JSONValue {
+        try bytes.withBytes { buffer throws(TokenError) in try JSONParser.parse(buffer) }
+    }
+}
+
+enum JSONWriter {
+    static func write(_ value: JSONValue, into out: inout String, indent: String?, level: Int) {
+        switch value {
+        case .null: out += "null"
+        case .bool(let b): out += b ? "true" : "false"
+        case .number(let text): out += text
+        case .string(let s): writeString(s, into: &out)
+        case .array(let items):
+            if items.isEmpty { out += "[]"; return }
+            out += "["
+            for (i, item) in items.enumerated() {
+                if i > 0 { out += "," }
+                newline(&out, indent, level + 1)
+                write(item, into: &out, indent: indent, level: level + 1)
+            }
+            newline(&out, indent, level)
+            out += "]"
+        case .object(let members):
+            if members.isEmpty { out += "{}"; return }
+            out += "{"
+            for (i, key) in members.keys.sorted().enumerated() {
+                if i > 0 { out += "," }
+                newline(&out, indent, level + 1)
+                writeString(key, into: &out)
+                out += indent == nil ? ":" : ": "
+                // Force-unwrap free: the key came from the dictionary itself.
+                if let member = members[key] { write(member, into: &out, indent: indent, level: level + 1) }
+            }
+            newline(&out, indent, level)
+            out += "}"
+        }
+    }
+
+    private static func newline(_ out: inout String, _ indent: String?, _ level: Int) {
+        guard let indent else { return }
+        out += "\n"
+        for _ in 0..<level { out += indent }
+    }
+
+    static func writeString(_ s: String, into out: inout String) {
+        out += "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "\u{08}": out += "\\b"
+            case "\u{0C}": out += "\\f"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        out += "\""
+    }
+}
+
+/// A strict, non-recursive-descent-free JSON parser (recursion depth bounded by `maxDepth`).
+struct JSONParser {
+    static let maxDepth = 32
+
+    private let input: UnsafeRawBufferPointer
+    private var position = 0
+
+    private init(_ input: UnsafeRawBufferPointer) { self.input = input }
+
+    static func parse(_ input: UnsafeRawBufferPointer) throws(TokenError) -> JSONValue {
+        var parser = JSONParser(input)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        if parser.position != input.count {
+            throw parser.error("unexpected data after the JSON value")
+        }
+        return value
+    }
+
+    /// Parses a JSON object; anything else is an error naming `what`.
+    static func parseObject(_ input: UnsafeRawBufferPointer, what: String) throws(TokenError) -> [String: JSONValue] {
+        let value: JSONValue
+        do {
+            value = try parse(input)
+        } catch {
+            throw TokenError(error.code, "\(what): \(error.message)")
+        }
+        guard case .object(let members) = value else {
+            throw TokenError(.invalidJSON, "\(what) is not a JSON object")
+        }
+        return members
+    }
+
+    private func error(_ message: String) -> TokenError {
+        TokenError(.invalidJSON, "\(message) at byte \(position)")
+    }
+
+    private mutating func skipWhitespace() {
+        while position < input.count {
+            switch input[position] {
+            case 0x20, 0x09, 0x0A, 0x0D: position += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func parseValue(depth: Int) throws(TokenError) -> JSONValue {
+        guard position < input.count else { throw error("unexpected end of JSON") }
+        switch input[position] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth + 1)
+        case UInt8(ascii: "["): return try parseArray(depth: depth + 1)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected character")
+        }
+    }
+
+    private mutating func expectLiteral(_ literal: StaticString) throws(TokenError) {
+        let count = literal.utf8CodeUnitCount
+        guard position + count <= input.count else { throw error("truncated literal") }
+        let bytes = UnsafeBufferPointer(start: literal.utf8Start, count: count)
+        for i in 0..<count where input[position + i] != bytes[i] {
+            throw error("invalid literal")
+        }
+        position += count
+    }
+
+    private mutating func parseObject(depth: Int) throws(TokenError) -> JSONValue {
+        if depth > JSONParser.maxDepth { throw error("JSON nested deeper than \(JSONParser.maxDepth) levels") }
+        position += 1  // {
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        if position < input.count, input[position] == UInt8(ascii: "}") {
+            position += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard position < input.count, input[position] == UInt8(ascii: "\"") else {
+                throw error("expected a member name")
+            }
+            let name = try parseString()
+            skipWhitespace()
+            guard position < input.count, input[position] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            position += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth)
+            if members.updateValue(value, forKey: name) != nil {
+                throw TokenError(.duplicateMember, "duplicate member name \"\(JSONParser.printable(name))\"")
+            }
+            skipWhitespace()
+            guard position < input.count else { throw error("unterminated object") }
+            let c = input[position]
+            position += 1
+            if c == UInt8(ascii: "}") { return .object(members) }
+            if c != UInt8(ascii: ",") { throw error("expected ',' or '}'") }
+        }
+    }
+
+    private mutating func parseArray(depth: Int) throws(TokenError) -> JSONValue {
+        if depth > JSONParser.maxDepth { throw error("JSON nested deeper than \(JSONParser.maxDepth) levels") }
+        position += 1  // [
+        var items: [JSONValue] = []
+        skipWhitespace()
+        if position < input.count, input[position] == UInt8(ascii: "]") {
+            position += 1
+            return .array(items)
+        }
+        while true {
+            skipWhitespace()
+            items.append(try parseValue(depth: depth))
+            skipWhitespace()
+            guard position < input.count else { throw error("unterminated array") }
+            let c = input[position]
+            position += 1
+            if c == UInt8(ascii: "]") { return .array(items) }
+            if c != UInt8(ascii: ",") { throw error("expected ',' or ']'") }
+        }
+    }
+
+    private mutating func parseNumber() throws(TokenError) -> String {
+        let start = position
+        if input[position] == UInt8(ascii: "-") { position += 1 }
+        guard position < input.count else { throw error("truncated number") }
+        if input[position] == UInt8(ascii: "0") {
+            position += 1
+        } else if isDigit(input[position]) {
+            while position < input.count, isDigit(input[position]) { position += 1 }
+        } else {
+            throw error("invalid number")
+        }
+        if position < input.count, input[position] == UInt8(ascii: ".") {
+            position += 1
+            guard position < input.count, isDigit(input[position]) else { throw error("invalid fraction") }
+            while position < input.count, isDigit(input[position]) { position += 1 }
+        }
+        if position < input.count, input[position] == UInt8(ascii: "e") || input[position] == UInt8(ascii: "E") {
+            position += 1
+            if position < input.count, input[position] == UInt8(ascii: "+") || input[position] == UInt8(ascii: "-") {
+                position += 1
+            }
+            guard position < input.count, isDigit(input[position]) else { throw error("invalid exponent") }
+            while position < input.count, isDigit(input[position]) { position += 1 }
+        }
+        if position - start > 64 { throw error("number literal longer than 64 characters") }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: input[start..<position]), as: UTF8.self)
+    }
+
+    private func isDigit(_ c: UInt8) -> Bool { c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") }
+
+    private mutating func parseString() throws(TokenError) -> String {
+        position += 1  // opening quote
+        let start = position
+        // Fast path: no escapes.
+        while position < input.count {
+            let c = input[position]
+            if c == UInt8(ascii: "\"") {
+                let slice = UnsafeRawBufferPointer(rebasing: input[start..<position])
+                position += 1
+                guard let s = String(validating: slice, as: UTF8.self) else {
+                    throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)")
+                }
+                return s
+            }
+            if c == UInt8(ascii: "\\") { break }
+            if c < 0x20 { throw error("unescaped control character in string") }
+            position += 1
+        }
+        // Slow path with escapes.
+        var bytes = [UInt8](UnsafeRawBufferPointer(rebasing: input[start..<position]))
+        while position < input.count {
+            let c = input[position]
+            if c == UInt8(ascii: "\"") {
+                position += 1
+                guard let s = String(validating: bytes, as: UTF8.self) else {
+                    throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)")
+                }
+                return s
+            }
+            if c < 0x20 { throw error("unescaped control character in string") }
+            if c != UInt8(ascii: "\\") {
+                bytes.append(c)
+                position += 1
+                continue
+            }
+            position += 1
+            guard position < input.count else { break }
+            let e = input[position]
+            position += 1
+            switch e {
+            case UInt8(ascii: "\""): bytes.append(0x22)
+            case UInt8(ascii: "\\"): bytes.append(0x5C)
+            case UInt8(ascii: "/"): bytes.append(0x2F)
+            case UInt8(ascii: "b"): bytes.append(0x08)
+            case UInt8(ascii: "f"): bytes.append(0x0C)
+            case UInt8(ascii: "n"): bytes.append(0x0A)
+            case UInt8(ascii: "r"): bytes.append(0x0D)
+            case UInt8(ascii: "t"): bytes.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = try parseHex4()
+                if (0xD800...0xDBFF).contains(scalar) {
+                    guard position + 1 < input.count, input[position] == UInt8(ascii: "\\"),
+                        input[position + 1] == UInt8(ascii: "u")
+                    else { throw error("unpaired surrogate in \\u escape") }
+                    position += 2
+                    let low = try parseHex4()
+                    guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate in \\u escape") }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                } else if (0xDC00...0xDFFF).contains(scalar) {
+                    throw error("unpaired surrogate in \\u escape")
+                }
+                guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                bytes.append(contentsOf: Array(String(Character(u)).utf8))
+            default:
+                throw error("invalid escape sequence")
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    private mutating func parseHex4() throws(TokenError) -> UInt32 {
+        guard position + 4 <= input.count else { throw error("truncated \\u escape") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let c = input[position]
+            let digit: UInt32
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(c - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(c - UInt8(ascii: "A") + 10)
+            default: throw error("invalid hex digit in \\u escape")
+            }
+            value = value << 4 | digit
+            position += 1
+        }
+        return value
+    }
+
+    /// A member name shortened and stripped of control characters, for messages.
+    static func printable(_ s: String) -> String {
+        let cleaned = String(s.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) })
+        return cleaned.count > 40 ? String(cleaned.prefix(40)) + "…" : cleaned
+    }
+}

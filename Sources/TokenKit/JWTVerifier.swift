@@ -1,0 +1,307 @@
+import Foundation
+
+/// A JWS whose signature verified: header and raw payload bytes (any payload, not only JSON).
+public struct VerifiedJWS: Sendable {
+    public let header: JOSEHeader
+    public let payload: [UInt8]
+    /// The key that verified the signature.
+    public let key: JWTKey
+}
+
+/// A JWT whose signature verified and whose claims passed the policy.
+public struct VerifiedToken: Sendable {
+    public let header: JOSEHeader
+    public let claims: RegisteredClaims
+    /// Every claim of the payload, as parsed.
+    public let payload: [String: JSONValue]
+    /// The payload's JSON bytes, exactly as signed.
+    public let payloadBytes: [UInt8]
+    /// The key that verified the signature.
+    public let key: JWTKey
+
+    /// Decodes the payload into the caller's type. `Date` properties read NumericDates
+    /// (seconds since the epoch).
+    public func decode<T: Decodable>(_ type: T.Type = T.self) throws(TokenError) -> T {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        do {
+            return try decoder.decode(T.self, from: Data(payloadBytes))
+        } catch let error as DecodingError {
+            throw TokenError(.payloadDecoding, "the payload does not decode as \(T.self): \(JWTVerifier.describe(error))")
+        } catch {
+            throw TokenError(.payloadDecoding, "the payload does not decode as \(T.self)")
+        }
+    }
+}
+
+/// Verifies compact JWS/JWT tokens against a fixed set of keys.
+///
+/// The order of checks is fixed and nothing is skipped: size cap → three segments → strict
+/// base64url header → header JSON (no duplicate members) → `alg` (exact, never `none`) → `crit` →
+/// key lookup by `kid` (an unknown `kid` is an error, never a fallback) or, without a `kid`, the
+/// single key that accepts `alg` → the key must allow `alg` → signature length → signature →
+/// payload (a JSON object, no duplicates) → registered claims (types and ranges) → ``ClaimsPolicy``.
+///
+/// A verifier is an immutable value: `Sendable`, synchronous, safe to call from many tasks at once.
+///
+/// ```swift
+/// let verifier = try JWTVerifier(
+///     key: JWTKey(pem: publicKeyPEM),
+///     policy: ClaimsPolicy(issuers: ["postman.hubat.net"]))
+/// let token = try verifier.verify(jwt)
+/// print(token.claims.subject ?? "-")
+/// ```
+public struct JWTVerifier: Sendable {
+    /// Which implementation performs the signature step. Every other check is the same Swift
+    /// code for both.
+    public enum Engine: String, Sendable, CaseIterable {
+        /// OpenSSL 3 called directly with keys parsed once (the default, and the fast one).
+        case native
+        /// libjwt 1.10 performs the signature step for HS*, RS* and ES* (it re-parses the PEM
+        /// key on every call); PS* and EdDSA, which libjwt 1.10 lacks, fall back to `native`.
+        case libjwt
+    }
+
+    struct Entry: Sendable {
+        let key: JWTKey
+        let libjwt: [JWTAlgorithm: LibJWTHandle]
+    }
+
+    public let policy: ClaimsPolicy
+    public let engine: Engine
+    public let clock: VerificationClock
+    /// Tokens longer than this many bytes are refused before any decoding. Default 16 KiB.
+    public let maxTokenBytes: Int
+    /// The keys this verifier accepts.
+    public var keys: [JWTKey] { entries.map(\.key) }
+
+    private let entries: [Entry]
+    private let byKid: [String: Int]
+
+    /// A verifier over several keys. Keys must have distinct `kid`s.
+    public init(
+        keys: [JWTKey], policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+    ) throws(TokenError) {
+        guard !keys.isEmpty else { throw TokenError(.invalidKeySet, "a verifier needs at least one key") }
+        var byKid: [String: Int] = [:]
+        var entries: [Entry] = []
+        for (index, key) in keys.enumerated() {
+            if let kid = key.kid {
+                if byKid.updateValue(index, forKey: kid) != nil {
+                    throw TokenError(.invalidKeySet, "two keys share the kid \"\(JSONParser.printable(kid))\"")
+                }
+            }
+            var handles: [JWTAlgorithm: LibJWTHandle] = [:]
+            if engine == .libjwt {
+                for algorithm in key.algorithms where LibJWTHandle.supported.contains(algorithm) {
+                    handles[algorithm] = try LibJWTHandle(algorithm: algorithm, key: key)
+                }
+            }
+            entries.append(Entry(key: key, libjwt: handles))
+        }
+        self.entries = entries
+        self.byKid = byKid
+        self.policy = policy
+        self.engine = engine
+        self.clock = clock
+        self.maxTokenBytes = maxTokenBytes
+    }
+
+    /// A verifier over one key.
+    public init(
+        key: JWTKey, policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+    ) throws(TokenError) {
+        try self.init(keys: [key], policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes)
+    }
+
+    /// A verifier over the keys of a JWK Set.
+    public init(
+        keySet: JWKSet, policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+    ) throws(TokenError) {
+        try self.init(keys: keySet.keys, policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes)
+    }
+
+    // MARK: Verification
+
+    /// Verifies a JWT: signature, then claims and policy.
+    public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
+        let jws = try verifySignature(token)
+        let payload = try jws.payload.withBytes { buffer throws(TokenError) in
+            try JSONParser.parseObject(buffer, what: "the payload")
+        }
+        let claims = try RegisteredClaims(payload: payload)
+        try policy.check(claims, payload: payload, header: jws.header, now: clock.now)
+        return VerifiedToken(header: jws.header, claims: claims, payload: payload, payloadBytes: jws.payload, key: jws.key)
+    }
+
+    /// Verifies a JWT and decodes its payload into `T`.
+    public func verify<T: Decodable>(_ token: String, as type: T.Type) throws(TokenError) -> T {
+        try verify(token).decode(T.self)
+    }
+
+    /// Verifies only the JWS layer (header rules, key selection, signature); the payload may be
+    /// any bytes and no claims are checked. Use ``verify(_:)`` for JWTs.
+    public func verifySignature(_ token: String) throws(TokenError) -> VerifiedJWS {
+        let count = token.utf8.count
+        guard count <= maxTokenBytes else {
+            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(maxTokenBytes) are accepted")
+        }
+        return try token.withUTF8Bytes { buffer throws(TokenError) in try verifySignature(utf8: buffer) }
+    }
+
+    private func verifySignature(utf8 token: UnsafeRawBufferPointer) throws(TokenError) -> VerifiedJWS {
+        let parts = try CompactJWS.split(token)
+        let header = try JOSEHeader(
+            members: try CompactJWS.decodeHeader(parts.header), understoodCritical: policy.understoodCriticalHeaders)
+        let entry = try select(for: header)
+        let key = entry.key
+        let algorithm = header.algorithm
+        guard let signatureCount = Base64URL.decodedCount(parts.signature.count),
+            let signature = Base64URL.decode(parts.signature)
+        else {
+            throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
+        }
+        let expected = JWTVerifier.signatureLength(algorithm, key: key)
+        guard signatureCount == expected else {
+            throw TokenError(.badSignature, "the signature is \(signatureCount) bytes; \(algorithm) with this key makes \(expected)")
+        }
+        let valid: Bool
+        if engine == .libjwt, let handle = entry.libjwt[algorithm] {
+            valid = handle.verify(signingInput: parts.signingInput, signatureSegment: parts.signature)
+        } else {
+            valid = signature.withUnsafeBytes { sig in
+                NativeSignatures.verify(algorithm, key: key.material, message: parts.signingInput, signature: sig)
+            }
+        }
+        guard valid else { throw TokenError(.badSignature, "the \(algorithm) signature does not verify") }
+        guard let payload = Base64URL.decode(parts.payload) else {
+            throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
+        }
+        return VerifiedJWS(header: header, payload: payload, key: key)
+    }
+
+    /// Key lookup: by `kid` when the token names one, else the single key accepting `alg`.
+    private func select(for header: JOSEHeader) throws(TokenError) -> Entry {
+        let algorithm = header.algorithm
+        let entry: Entry
+        if let kid = header.keyID {
+            guard let index = byKid[kid] else {
+                throw TokenError(.unknownKey, "no key has kid \"\(JSONParser.printable(kid))\"")
+            }
+            entry = entries[index]
+            guard entry.key.algorithms.contains(algorithm) else {
+                throw TokenError(.algorithmNotAllowed, "key \"\(JSONParser.printable(kid))\" does not accept \(algorithm) (it accepts \(entry.key.algorithms.map(\.rawValue).sorted().joined(separator: ", ")))")
+            }
+        } else {
+            let candidates = entries.filter { $0.key.algorithms.contains(algorithm) }
+            guard let first = candidates.first else {
+                throw TokenError(.algorithmNotAllowed, "no key accepts \(algorithm)")
+            }
+            guard candidates.count == 1 else {
+                throw TokenError(.unknownKey, "the token has no kid and \(candidates.count) keys accept \(algorithm); it must name its key")
+            }
+            entry = first
+        }
+        guard entry.key.usableForVerification else {
+            throw TokenError(.keyNotUsable, "the key's use/key_ops do not allow verifying signatures")
+        }
+        return entry
+    }
+
+    static func signatureLength(_ algorithm: JWTAlgorithm, key: JWTKey) -> Int {
+        switch (algorithm.family, key.type) {
+        case (.hmac, _): algorithm.hashLength
+        case (.ecdsa, .ec(let curve)): 2 * curve.coordinateLength
+        case (.eddsa, _): 64
+        case (_, .rsa(let bits)): (bits + 7) / 8
+        default: 0
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context) -> String {
+            let p = context.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+            return p.isEmpty ? "" : " at \(p)"
+        }
+        switch error {
+        case .typeMismatch(_, let c): return "type mismatch\(path(c))"
+        case .valueNotFound(_, let c): return "missing value\(path(c))"
+        case .keyNotFound(let key, let c): return "missing \"\(key.stringValue)\"\(path(c))"
+        case .dataCorrupted(let c): return "invalid data\(path(c))"
+        @unknown default: return "invalid payload"
+        }
+    }
+}
+
+/// The three segments of a compact JWS.
+struct CompactJWS {
+    let header: UnsafeRawBufferPointer
+    let payload: UnsafeRawBufferPointer
+    let signature: UnsafeRawBufferPointer
+    /// `header '.' payload`, the bytes the signature covers.
+    let signingInput: UnsafeRawBufferPointer
+
+    static func split(_ token: UnsafeRawBufferPointer) throws(TokenError) -> CompactJWS {
+        var dots: [Int] = []
+        for i in 0..<token.count where token[i] == UInt8(ascii: ".") {
+            dots.append(i)
+            if dots.count > 2 { break }
+        }
+        guard dots.count == 2 else {
+            throw TokenError(.malformed, "a compact JWS has exactly three dot-separated segments; this has \(dots.count > 2 ? "more than three" : String(dots.count + 1))")
+        }
+        let first = dots[0], second = dots[1]
+        guard first > 0 else { throw TokenError(.malformed, "the header segment is empty") }
+        return CompactJWS(
+            header: UnsafeRawBufferPointer(rebasing: token[0..<first]),
+            payload: UnsafeRawBufferPointer(rebasing: token[(first + 1)..<second]),
+            signature: UnsafeRawBufferPointer(rebasing: token[(second + 1)...]),
+            signingInput: UnsafeRawBufferPointer(rebasing: token[0..<second]))
+    }
+
+    static func decodeHeader(_ segment: UnsafeRawBufferPointer) throws(TokenError) -> [String: JSONValue] {
+        guard let bytes = Base64URL.decode(segment) else {
+            throw TokenError(.invalidBase64, "the header segment is not strict base64url")
+        }
+        return try bytes.withBytes { buffer throws(TokenError) in
+            try JSONParser.parseObject(buffer, what: "the header")
+        }
+    }
+}
+
+/// A token decoded without any verification, for inspection (`tokentool decode`). Nothing in it
+/// may be trusted.
+public struct UnverifiedToken: Sendable {
+    /// Header members.
+    public let header: [String: JSONValue]
+    /// The payload parsed as JSON when it is JSON, else nil (see ``payloadBytes``).
+    public let payload: JSONValue?
+    public let payloadBytes: [UInt8]
+    public let signature: [UInt8]
+
+    /// Splits and decodes a compact JWS strictly (base64url, header JSON), checking nothing else.
+    public init(_ token: String, maxTokenBytes: Int = 64 * 1024) throws(TokenError) {
+        let count = token.utf8.count
+        guard count <= maxTokenBytes else {
+            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(maxTokenBytes) are accepted")
+        }
+        let decoded = try token.withUTF8Bytes { buffer throws(TokenError) -> ([String: JSONValue], [UInt8], [UInt8]) in
+            let parts = try CompactJWS.split(buffer)
+            let header = try CompactJWS.decodeHeader(parts.header)
+            guard let payload = Base64URL.decode(parts.payload) else {
+                throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
+            }
+            guard let signature = Base64URL.decode(parts.signature) else {
+                throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
+            }
+            return (header, payload, signature)
+        }
+        header = decoded.0
+        payloadBytes = decoded.1
+        signature = decoded.2
+        payload = try? JSONValue.parse(decoded.1)
+    }
+}

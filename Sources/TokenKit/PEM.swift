@@ -1,0 +1,123 @@
+/// PEM armour (RFC 7468): `-----BEGIN LABEL-----`, base64 body, `-----END LABEL-----`.
+public enum PEM {
+    /// One armoured block.
+    public struct Block: Sendable, Hashable {
+        public let label: String
+        public let der: [UInt8]
+        public init(label: String, der: [UInt8]) {
+            self.label = label
+            self.der = der
+        }
+    }
+
+    /// Parses every block in `text`. Text outside blocks (comments, `openssl` headers) is ignored;
+    /// a block with a bad body, a mismatched END line or encapsulated headers is an error.
+    public static func parse(_ text: String) throws(TokenError) -> [Block] {
+        var blocks: [Block] = []
+        var label: String? = nil
+        var body: [UInt8] = []
+        for rawLine in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            let line = rawLine.trimmingSuffixWhitespace()
+            if let current = label {
+                if line.hasPrefix("-----END ") {
+                    guard line == "-----END \(current)-----" else {
+                        throw TokenError(.invalidKey, "PEM block \"\(current)\" ends with a different label")
+                    }
+                    guard let der = decodeBase64(body), !der.isEmpty else {
+                        throw TokenError(.invalidKey, "PEM block \"\(current)\" has an invalid base64 body")
+                    }
+                    blocks.append(Block(label: current, der: der))
+                    label = nil
+                    body = []
+                } else if line.contains(":") {
+                    throw TokenError(.invalidKey, "PEM block \"\(current)\" has encapsulated headers (encrypted PEM is not supported)")
+                } else {
+                    body.append(contentsOf: line.utf8)
+                }
+            } else if line.hasPrefix("-----BEGIN "), line.hasSuffix("-----"), line.count > 16 {
+                label = String(line.dropFirst(11).dropLast(5))
+            }
+        }
+        if let label { throw TokenError(.invalidKey, "PEM block \"\(label)\" has no END line") }
+        return blocks
+    }
+
+    /// Armours DER under `label`, 64 characters a line.
+    public static func encode(label: String, der: [UInt8]) -> String {
+        let b64 = Array(encodeBase64(der))
+        var out = "-----BEGIN \(label)-----\n"
+        var i = 0
+        while i < b64.count {
+            out += String(b64[i..<min(i + 64, b64.count)]) + "\n"
+            i += 64
+        }
+        out += "-----END \(label)-----\n"
+        return out
+    }
+
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+
+    static func encodeBase64(_ bytes: [UInt8]) -> String {
+        var out = ""
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var i = 0
+        while i < bytes.count {
+            let b0 = bytes[i], b1 = i + 1 < bytes.count ? bytes[i + 1] : 0, b2 = i + 2 < bytes.count ? bytes[i + 2] : 0
+            let v = UInt32(b0) << 16 | UInt32(b1) << 8 | UInt32(b2)
+            out.append(alphabet[Int(v >> 18 & 63)])
+            out.append(alphabet[Int(v >> 12 & 63)])
+            out.append(i + 1 < bytes.count ? alphabet[Int(v >> 6 & 63)] : "=")
+            out.append(i + 2 < bytes.count ? alphabet[Int(v & 63)] : "=")
+            i += 3
+        }
+        return out
+    }
+
+    /// Standard base64 with padding; whitespace inside is skipped. Nil when invalid.
+    static func decodeBase64(_ text: [UInt8]) -> [UInt8]? {
+        var values: [UInt8] = []
+        values.reserveCapacity(text.count)
+        var padding = 0
+        for c in text {
+            let v: UInt8
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): v = c - UInt8(ascii: "A")
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): v = c - UInt8(ascii: "a") + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0") + 52
+            case UInt8(ascii: "+"): v = 62
+            case UInt8(ascii: "/"): v = 63
+            case UInt8(ascii: "="): padding += 1; continue
+            case 0x20, 0x09, 0x0D, 0x0A: continue
+            default: return nil
+            }
+            if padding > 0 { return nil }  // data after padding
+            values.append(v)
+        }
+        guard (values.count + padding) % 4 == 0, padding <= 2, values.count % 4 != 1 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(values.count * 3 / 4)
+        var i = 0
+        while i + 4 <= values.count {
+            out.append(values[i] << 2 | values[i + 1] >> 4)
+            out.append(values[i + 1] << 4 | values[i + 2] >> 2)
+            out.append(values[i + 2] << 6 | values[i + 3])
+            i += 4
+        }
+        switch values.count - i {
+        case 2: out.append(values[i] << 2 | values[i + 1] >> 4)
+        case 3:
+            out.append(values[i] << 2 | values[i + 1] >> 4)
+            out.append(values[i + 1] << 4 | values[i + 2] >> 2)
+        default: break
+        }
+        return out
+    }
+}
+
+extension Substring {
+    func trimmingSuffixWhitespace() -> Substring {
+        var s = self
+        while let last = s.last, last == " " || last == "\t" || last == "\r" { s = s.dropLast() }
+        return s
+    }
+}

@@ -1,0 +1,84 @@
+import ArgumentParser
+import Foundation
+import TokenKit
+
+struct Keygen: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Generate a signing key: rsa, ec, ed25519 or hmac.",
+        discussion: """
+            Private keys and secrets go to --out (created with mode 0600; an existing file is never \
+            overwritten) or, without --out, to standard output. --public-out writes the public key \
+            (PEM or JWK, mode 0644).
+
+            Examples:
+              tokentool keygen ec --out issuer.key --public-out issuer.pub
+              tokentool keygen ec --curve P-384 --format jwk --kid k1 --out issuer.jwk
+              tokentool keygen rsa --bits 3072 --out rsa.key
+              tokentool keygen ed25519 --format jwk
+              tokentool keygen hmac --alg HS512 --format raw --out hs512.bin
+            """)
+
+    enum KeyKind: String, ExpressibleByArgument, CaseIterable { case rsa, ec, ed25519, hmac }
+    enum Format: String, ExpressibleByArgument, CaseIterable { case pem, jwk, raw }
+
+    @Argument(help: "Key type: rsa, ec, ed25519 or hmac.")
+    var type: KeyKind
+
+    @Option(help: "RSA modulus size in bits (2048 to 16384).")
+    var bits: Int = 2048
+
+    @Option(help: "EC curve: P-256, P-384 or P-521.")
+    var curve: String = "P-256"
+
+    @Option(help: "HMAC algorithm (sets the secret length): HS256, HS384 or HS512.")
+    var alg: JWTAlgorithm = .hs256
+
+    @Option(help: "Key ID to record in a JWK.")
+    var kid: String?
+
+    @Option(help: "Output format: pem (PKCS#8), jwk, or raw (HMAC secrets only).")
+    var format: Format = .pem
+
+    @Option(help: "File for the private key or secret (mode 0600, never overwritten).")
+    var out: String?
+
+    @Option(help: "File for the public key (not for hmac).")
+    var publicOut: String?
+
+    func run() throws {
+        let spec: JWTKey.Spec
+        switch type {
+        case .rsa: spec = .rsa(bits: bits)
+        case .ec:
+            guard let c = ECCurve(rawValue: curve) else { throw CLIExit.usage("unknown curve \(curve); use P-256, P-384 or P-521") }
+            spec = .ec(c)
+        case .ed25519: spec = .ed25519
+        case .hmac: spec = .hmac(alg)
+        }
+        if format == .raw, type != .hmac { throw CLIExit.usage("--format raw is for hmac secrets only") }
+        if format == .pem, type == .hmac { throw CLIExit.usage("HMAC secrets have no PEM form; use --format jwk or raw") }
+        if publicOut != nil, type == .hmac { throw CLIExit.usage("HMAC secrets have no public half") }
+        let key = try JWTKey.generate(spec, kid: kid)
+        let privateBytes: [UInt8]
+        switch format {
+        case .pem: privateBytes = Array(try key.privatePEM().utf8)
+        case .jwk: privateBytes = Array((try key.jwkText(includePrivate: true) + "\n").utf8)
+        case .raw:
+            guard case .string(let k)? = try key.jwk(includePrivate: true)["k"], let secret = Base64URL.decode(k) else {
+                throw CLIExit.usage("cannot export the secret")
+            }
+            privateBytes = secret
+        }
+        if let out {
+            try Output.writeNew(out, contents: privateBytes, mode: 0o600)
+            printError("wrote \(key.isPrivate ? "private " : "")\(key.type) key to \(out) (mode 0600)")
+        } else {
+            FileHandle.standardOutput.write(Data(privateBytes))
+        }
+        if let publicOut {
+            let text = format == .jwk ? try key.publicKey.jwkText() + "\n" : try key.publicPEM()
+            try Output.writeNew(publicOut, contents: Array(text.utf8), mode: 0o644)
+            printError("wrote public key to \(publicOut); thumbprint \(try key.thumbprint())")
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import ArgumentParser
+import Foundation
+import TokenKit
+
+struct Verify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Verify a token's signature and claims.",
+        discussion: """
+            The key decides the algorithm: an RSA key accepts RS256 unless --alg says otherwise (e.g. \
+            --alg PS256), an EC key its curve's ES algorithm, an Ed25519 key EdDSA, an HMAC secret \
+            HS256. The token's "alg" must be exactly one of those.
+
+            Claims: "exp" is required (--no-exp to allow tokens without it) and checked with --leeway; \
+            "nbf" and "iat" are checked when present; --iss and --aud make those claims required. A \
+            token carrying "aud" is refused unless --aud names one of its audiences (or --any-aud).
+
+            Exit status: 0 valid, 1 invalid (the message names the rule that failed), 2 usage or key error.
+
+            Examples:
+              tokentool verify --key issuer.pub token.jwt
+              tokentool verify --key jwks.json --iss https://issuer.example --aud my-api token.jwt
+              tokentool verify --secret-file hs256.bin --alg HS256 --max-age 2592000 token.jwt
+              tokentool verify --key issuer.pub --json - < token.jwt
+            """)
+
+    @Argument(help: "The token, a file holding it, or - for standard input (the default).")
+    var token: String?
+
+    @Option(name: .long, help: "Key file: PEM (public/private key or certificate), DER, JWK or JWKS.")
+    var key: String?
+
+    @Option(name: .long, help: "HMAC secret file (its exact bytes, see --secret-encoding).")
+    var secretFile: String?
+
+    @Option(help: "How the secret file is encoded: raw or base64url.")
+    var secretEncoding: SecretEncoding = .raw
+
+    @Option(name: .long, help: "Algorithm the key accepts (repeatable). Default: the key type's usual algorithm.")
+    var alg: [JWTAlgorithm] = []
+
+    @Option(help: "Key ID to give a PEM/DER key or secret (tokens naming another kid are refused).")
+    var kid: String?
+
+    @Option(help: "Accepted issuer (repeatable); makes \"iss\" required.")
+    var iss: [String] = []
+
+    @Option(help: "Accepted audience (repeatable); makes \"aud\" required.")
+    var aud: [String] = []
+
+    @Flag(help: "Accept any \"aud\" when no --aud is given.")
+    var anyAud = false
+
+    @Option(help: "Clock-skew allowance in seconds.")
+    var leeway: Double = 60
+
+    @Option(help: "Refuse tokens whose \"iat\" is older than this many seconds (makes \"iat\" required).")
+    var maxAge: Double?
+
+    @Option(help: "Claim that must be present (repeatable).")
+    var require: [String] = []
+
+    @Option(help: "Required header \"typ\", e.g. JWT.")
+    var typ: String?
+
+    @Flag(help: "Accept tokens without \"exp\".")
+    var noExp = false
+
+    @Option(help: "Verify as of this Unix time instead of now.")
+    var at: Double?
+
+    @Option(help: "Signature engine: native (OpenSSL) or libjwt.")
+    var engine: JWTVerifier.Engine = .native
+
+    @Flag(help: "Print one JSON object with the verdict, header and claims (or the error code).")
+    var json = false
+
+    func validate() throws {
+        if (key == nil) == (secretFile == nil) {
+            throw ValidationError("give exactly one of --key FILE or --secret-file FILE")
+        }
+    }
+
+    func run() throws {
+        let algorithms = alg.isEmpty ? nil : Set(alg)
+        let keys: [JWTKey]
+        if let key {
+            keys = try Input.keys(path: key, algorithms: algorithms, kid: kid)
+        } else if let secretFile {
+            let secret = try Input.secret(path: secretFile, encoding: secretEncoding)
+            keys = [try JWTKey.hmac(secret: secret, algorithms: algorithms ?? [.hs256], kid: kid)]
+        } else {
+            keys = []
+        }
+        let policy = ClaimsPolicy(
+            requireExpiration: !noExp, leeway: leeway, maxAge: maxAge, issuers: Set(iss), audiences: Set(aud),
+            ignoresAudience: anyAud, requiredClaims: Set(require), expectedType: typ)
+        let clock = at.map { VerificationClock.fixed($0) } ?? .system
+        let verifier = try JWTVerifier(keys: keys, policy: policy, engine: engine, clock: clock)
+        let text = try Input.token(token)
+        let result = Result { () throws(TokenError) in try verifier.verify(text) }
+        switch result {
+        case .success(let verified):
+            if json {
+                Output.json(.object([
+                    "valid": .bool(true), "header": .object(verified.header.members), "payload": .object(verified.payload),
+                ]))
+            } else {
+                print("VALID \(verified.header.algorithm)\(verified.key.kid.map { " kid=\($0)" } ?? "") (engine: \(engine.rawValue))")
+                for line in verified.claims.summary { print("  " + line) }
+            }
+        case .failure(let error):
+            if json {
+                Output.json(.object([
+                    "valid": .bool(false),
+                    "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)]),
+                ]))
+                throw CLIExit(code: 1, message: "")
+            }
+            throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
+        }
+    }
+}
