@@ -31,10 +31,10 @@ extension JWTKey {
         case "RSA":
             let n = try reader.bytes("n", required: true) ?? []
             let e = try reader.bytes("e", required: true) ?? []
-            var privateParts: [(String, [UInt8])] = []
+            var privateParts: [(StaticString, [UInt8])] = []
             if let d = try reader.bytes("d") {
                 privateParts.append(("d", d))
-                let crt = [("p", "rsa-factor1"), ("q", "rsa-factor2"), ("dp", "rsa-exponent1"), ("dq", "rsa-exponent2"), ("qi", "rsa-coefficient1")]
+                let crt: [(String, StaticString)] = [("p", "rsa-factor1"), ("q", "rsa-factor2"), ("dp", "rsa-exponent1"), ("dq", "rsa-exponent2"), ("qi", "rsa-coefficient1")]
                 let values = try crt.map { name, param throws(TokenError) in (param, try reader.bytes(name)) }
                 let present = values.filter { $0.1 != nil }.count
                 if present == crt.count {

@@ -87,6 +87,14 @@ public enum ECCurve: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
+    var staticName: StaticString {
+        switch self {
+        case .p256: "prime256v1"
+        case .p384: "secp384r1"
+        case .p521: "secp521r1"
+        }
+    }
+
     init?(opensslName: String) {
         switch opensslName {
         case "prime256v1", "P-256", "secp256r1": self = .p256

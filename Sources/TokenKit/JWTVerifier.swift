@@ -159,24 +159,12 @@ public struct JWTVerifier: Sendable {
         let entry = try select(for: header)
         let key = entry.key
         let algorithm = header.algorithm
-        guard let signatureCount = Base64URL.decodedCount(parts.signature.count),
-            let signature = Base64URL.decode(parts.signature)
-        else {
+        guard let signature = Base64URL.decode(parts.signature) else {
             throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
         }
-        let expected = JWTVerifier.signatureLength(algorithm, key: key)
-        guard signatureCount == expected else {
-            throw TokenError(.badSignature, "the signature is \(signatureCount) bytes; \(algorithm) with this key makes \(expected)")
-        }
-        let valid: Bool
-        if engine == .libjwt, let handle = entry.libjwt[algorithm] {
-            valid = handle.verify(signingInput: parts.signingInput, signatureSegment: parts.signature)
-        } else {
-            valid = signature.withUnsafeBytes { sig in
-                NativeSignatures.verify(algorithm, key: key.material, message: parts.signingInput, signature: sig)
-            }
-        }
-        guard valid else { throw TokenError(.badSignature, "the \(algorithm) signature does not verify") }
+        try JWTVerifier.checkSignature(
+            algorithm, key: key, libjwt: engine == .libjwt ? entry.libjwt[algorithm] : nil,
+            signingInput: parts.signingInput, signature: signature, signatureSegment: parts.signature)
         guard let payload = Base64URL.decode(parts.payload) else {
             throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
         }
@@ -209,6 +197,27 @@ public struct JWTVerifier: Sendable {
             throw TokenError(.keyNotUsable, "the key's use/key_ops do not allow verifying signatures")
         }
         return entry
+    }
+
+    /// The signature step shared by both engines: exact length for the algorithm and key, then
+    /// libjwt (when given a handle) or OpenSSL.
+    static func checkSignature(
+        _ algorithm: JWTAlgorithm, key: JWTKey, libjwt: LibJWTHandle?, signingInput: UnsafeRawBufferPointer,
+        signature: [UInt8], signatureSegment: UnsafeRawBufferPointer
+    ) throws(TokenError) {
+        let expected = signatureLength(algorithm, key: key)
+        guard signature.count == expected else {
+            throw TokenError(.badSignature, "the signature is \(signature.count) bytes; \(algorithm) with this key makes \(expected)")
+        }
+        let valid: Bool
+        if let libjwt {
+            valid = libjwt.verify(signingInput: signingInput, signatureSegment: signatureSegment)
+        } else {
+            valid = signature.withUnsafeBytes { sig in
+                NativeSignatures.verify(algorithm, key: key.material, message: signingInput, signature: sig)
+            }
+        }
+        guard valid else { throw TokenError(.badSignature, "the \(algorithm) signature does not verify") }
     }
 
     static func signatureLength(_ algorithm: JWTAlgorithm, key: JWTKey) -> Int {

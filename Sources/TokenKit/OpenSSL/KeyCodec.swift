@@ -70,8 +70,8 @@ enum KeyCodec {
     }
 
     /// Builds an RSA key from big-endian components (JWK `n`, `e`, and optionally the private ones).
-    static func rsa(n: [UInt8], e: [UInt8], privateParts: [(String, [UInt8])]) throws(TokenError) -> PKey {
-        var parts: [(String, [UInt8])] = [("n", n), ("e", e)]
+    static func rsa(n: [UInt8], e: [UInt8], privateParts: [(StaticString, [UInt8])]) throws(TokenError) -> PKey {
+        var parts: [(StaticString, [UInt8])] = [("n", n), ("e", e)]
         parts += privateParts
         return try fromData(type: "RSA", bignums: parts, isPrivate: !privateParts.isEmpty)
     }
@@ -80,12 +80,12 @@ enum KeyCodec {
     static func ec(curve: ECCurve, x: [UInt8], y: [UInt8], d: [UInt8]?) throws(TokenError) -> PKey {
         let point = [0x04] + x + y
         return try fromData(
-            type: "EC", group: curve.opensslName, octets: [("pub", point)],
-            bignums: d.map { [("priv", $0)] } ?? [], isPrivate: d != nil)
+            type: "EC", group: curve.staticName, octets: [("pub", point)],
+            bignums: d.map { d -> [(StaticString, [UInt8])] in [("priv", d)] } ?? [], isPrivate: d != nil)
     }
 
     private static func fromData(
-        type: String, group: String? = nil, octets: [(String, [UInt8])] = [], bignums: [(String, [UInt8])],
+        type: String, group: StaticString? = nil, octets: [(StaticString, [UInt8])] = [], bignums: [(StaticString, [UInt8])],
         isPrivate: Bool
     ) throws(TokenError) -> PKey {
         guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSLError.take(.cryptoFailure, "out of memory") }
@@ -94,7 +94,9 @@ enum KeyCodec {
         defer { for bn in numbers { BN_clear_free(bn) } }
         // The builder keeps pointers to names and octet strings until to_param: keep them alive.
         let keepAlive = octets.map { ($0.0, $0.1) }
-        if let group, OSSL_PARAM_BLD_push_utf8_string(builder, "group", group, 0) != 1 {
+        // OSSL_PARAM_BLD keeps the name and value pointers until OSSL_PARAM_BLD_to_param, so
+        // names and the group are StaticStrings (static storage), never temporary C strings.
+        if let group, OSSL_PARAM_BLD_push_utf8_string(builder, cString("group"), cString(group), 0) != 1 {
             throw OpenSSLError.take(.cryptoFailure, "cannot build key parameters")
         }
         for (name, bytes) in bignums {
@@ -102,13 +104,13 @@ enum KeyCodec {
                 throw OpenSSLError.take(.cryptoFailure, "cannot build key parameters")
             }
             numbers.append(bn)
-            guard OSSL_PARAM_BLD_push_BN(builder, name, bn) == 1 else {
+            guard OSSL_PARAM_BLD_push_BN(builder, cString(name), bn) == 1 else {
                 throw OpenSSLError.take(.cryptoFailure, "cannot build key parameters")
             }
         }
         let params: UnsafeMutablePointer<OSSL_PARAM>? = withExtendedLifetime(keepAlive) { () -> UnsafeMutablePointer<OSSL_PARAM>? in
             for (name, bytes) in keepAlive {
-                let ok = bytes.withUnsafeBytes { OSSL_PARAM_BLD_push_octet_string(builder, name, $0.baseAddress, $0.count) }
+                let ok = bytes.withUnsafeBytes { OSSL_PARAM_BLD_push_octet_string(builder, cString(name), $0.baseAddress, $0.count) }
                 if ok != 1 { return nil }
             }
             return OSSL_PARAM_BLD_to_param(builder)
@@ -125,6 +127,10 @@ enum KeyCodec {
             throw OpenSSLError.take(.invalidKey, "the key parameters do not form a valid \(type) key")
         }
         return PKey(taking: key)
+    }
+
+    private static func cString(_ s: StaticString) -> UnsafePointer<CChar> {
+        UnsafeRawPointer(s.utf8Start).assumingMemoryBound(to: CChar.self)
     }
 
     /// Builds an Ed25519 key from its raw public or private bytes.
