@@ -1,0 +1,164 @@
+import Foundation
+import Testing
+@testable import TokenKit
+
+@Suite("Claims policy and key selection")
+struct ClaimsTests {
+    let signer: JWTSigner
+    init() throws { signer = try JWTSigner(key: hs256Key) }
+
+    func token(_ claims: [String: JSONValue], header: [String: JSONValue] = [:]) throws -> String {
+        try signer.sign(claims: claims, header: header)
+    }
+
+    func verdict(_ token: String, _ policy: ClaimsPolicy = ClaimsPolicy(), at now: NumericDate = referenceTime) -> TokenError.Code? {
+        code { _ = try JWTVerifier(key: hs256Key, policy: policy, clock: .fixed(now)).verify(token) }
+    }
+
+    let t = referenceTime
+
+    @Test func expirationWithLeeway() throws {
+        let exp = try token(["exp": .number(String(Int(t)))])
+        #expect(verdict(exp, at: t - 1) == nil)
+        #expect(verdict(exp, at: t + 59) == nil)  // inside the 60 s leeway
+        #expect(verdict(exp, at: t + 60) == .expired)
+        #expect(verdict(exp, ClaimsPolicy(leeway: 0), at: t) == .expired)
+        #expect(verdict(exp, ClaimsPolicy(leeway: 0), at: t - 0.5) == nil)
+        let fractional = try token(["exp": .number("\(Int(t)).25")])
+        #expect(verdict(fractional, ClaimsPolicy(leeway: 0), at: t + 0.2) == nil)
+        #expect(verdict(fractional, ClaimsPolicy(leeway: 0), at: t + 0.3) == .expired)
+    }
+
+    @Test func expirationRequiredByDefault() throws {
+        let noExp = try token(["sub": .string("a")])
+        #expect(verdict(noExp) == .missingClaim)
+        #expect(verdict(noExp, ClaimsPolicy(requireExpiration: false)) == nil)
+    }
+
+    @Test func notBeforeAndIssuedAt() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        #expect(verdict(try token(["exp": exp, "nbf": .integer(Int(t) + 120)])) == .notYetValid)
+        #expect(verdict(try token(["exp": exp, "nbf": .integer(Int(t) + 30)])) == nil)
+        #expect(verdict(try token(["exp": exp, "iat": .integer(Int(t) + 120)])) == .issuedInFuture)
+        #expect(verdict(try token(["exp": exp, "iat": .integer(Int(t) - 10)])) == nil)
+    }
+
+    @Test func maxAgeFromIssuedAt() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let policy = ClaimsPolicy(leeway: 0, maxAge: 30 * 86400)
+        #expect(verdict(try token(["exp": exp, "iat": .integer(Int(t) - 30 * 86400)]), policy) == nil)
+        #expect(verdict(try token(["exp": exp, "iat": .integer(Int(t) - 30 * 86400 - 1)]), policy) == .tooOld)
+        #expect(verdict(try token(["exp": exp]), policy) == .missingClaim)
+    }
+
+    @Test func issuer() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let policy = ClaimsPolicy(issuers: ["a.hubat.net", "b.hubat.net"])
+        #expect(verdict(try token(["exp": exp, "iss": .string("b.hubat.net")]), policy) == nil)
+        #expect(verdict(try token(["exp": exp, "iss": .string("evil.example")]), policy) == .issuerMismatch)
+        #expect(verdict(try token(["exp": exp, "iss": .string("A.HUBAT.NET")]), policy) == .issuerMismatch)
+        #expect(verdict(try token(["exp": exp]), policy) == .missingClaim)
+    }
+
+    @Test func audience() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let policy = ClaimsPolicy(audiences: ["api"])
+        #expect(verdict(try token(["exp": exp, "aud": .string("api")]), policy) == nil)
+        #expect(verdict(try token(["exp": exp, "aud": .array([.string("other"), .string("api")])]), policy) == nil)
+        #expect(verdict(try token(["exp": exp, "aud": .array([.string("other")])]), policy) == .audienceMismatch)
+        #expect(verdict(try token(["exp": exp, "aud": .array([])]), policy) == .audienceMismatch)
+        #expect(verdict(try token(["exp": exp]), policy) == .missingClaim)
+        // A token meant for someone must not be accepted by a verifier that names no audience.
+        let withAud = try token(["exp": exp, "aud": .string("someone-else")])
+        #expect(verdict(withAud) == .audienceMismatch)
+        #expect(verdict(withAud, ClaimsPolicy(ignoresAudience: true)) == nil)
+    }
+
+    @Test func requiredClaimsAndType() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let jwt = try token(["exp": exp, "sub": .string("s")])
+        #expect(verdict(jwt, ClaimsPolicy(requiredClaims: ["sub"])) == nil)
+        #expect(verdict(jwt, ClaimsPolicy(requiredClaims: ["sub", "jti"])) == .missingClaim)
+        #expect(verdict(jwt, ClaimsPolicy(expectedType: "JWT")) == nil)
+        #expect(verdict(jwt, ClaimsPolicy(expectedType: "application/jwt")) == nil)
+        #expect(verdict(jwt, ClaimsPolicy(expectedType: "at+jwt")) == .typeMismatch)
+        let untyped = try token(["exp": exp], header: ["typ": .string("at+JWT")])
+        #expect(verdict(untyped, ClaimsPolicy(expectedType: "at+jwt")) == nil)
+    }
+
+    @Test func keySelection() throws {
+        let a = try JWTKey.hmac(secret: Array(repeating: 1, count: 32), kid: "a")
+        let b = try JWTKey.hmac(secret: Array(repeating: 2, count: 32), kid: "b")
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let verifier = try JWTVerifier(keys: [a, b], clock: .fixed(t))
+        let signedByB = try JWTSigner(key: b).sign(claims: ["exp": exp])
+        #expect(try verifier.verify(signedByB).key.kid == "b")
+        // Unknown kid: an error, never a fallback to another key.
+        let unknown = try JWTSigner(key: a.with(kid: "c")).sign(claims: ["exp": exp])
+        #expect(code { _ = try verifier.verify(unknown) } == .unknownKey)
+        // kid "b" but MACed with a's secret.
+        let lying = try JWTSigner(key: a.with(kid: "b")).sign(claims: ["exp": exp])
+        #expect(code { _ = try verifier.verify(lying) } == .badSignature)
+        // No kid and two keys accept HS256: ambiguous.
+        let noKid = try JWTSigner(key: a.with(kid: nil)).sign(claims: ["exp": exp])
+        #expect(code { _ = try verifier.verify(noKid) } == .unknownKey)
+        // Duplicate kids are refused when building the verifier.
+        #expect(code { _ = try JWTVerifier(keys: [a, a]) } == .invalidKeySet)
+        #expect(code { _ = try JWTVerifier(keys: []) } == .invalidKeySet)
+    }
+
+    @Test func algorithmBelongsToTheKey() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let key = try JWTKey.hmac(secret: Array(repeating: 7, count: 64), algorithms: [.hs256], kid: "k")
+        let hs512 = try JWTSigner(key: key.with(algorithms: [.hs512])).sign(claims: ["exp": exp])
+        #expect(code { _ = try JWTVerifier(key: key, clock: .fixed(t)).verify(hs512) } == .algorithmNotAllowed)
+        let both = try key.with(algorithms: [.hs256, .hs512])
+        #expect(code { _ = try JWTVerifier(key: both, clock: .fixed(t)).verify(hs512) } == nil)
+    }
+
+    @Test func keyUseAndOperations() throws {
+        let exp: JSONValue = .integer(Int(t) + 3600)
+        let secret = Base64URL.encode(Array(repeating: UInt8(9), count: 32))
+        let encKey = try JWTKey(jwk: #"{"kty":"oct","k":"\#(secret)","kid":"e","use":"enc"}"#)
+        let signed = try JWTSigner(key: encKey).sign(claims: ["exp": exp])
+        #expect(code { _ = try JWTVerifier(key: encKey, clock: .fixed(t)).verify(signed) } == .keyNotUsable)
+        let signOnly = try JWTKey(jwk: #"{"kty":"oct","k":"\#(secret)","kid":"e","key_ops":["sign"]}"#)
+        #expect(code { _ = try JWTVerifier(key: signOnly, clock: .fixed(t)).verify(signed) } == .keyNotUsable)
+    }
+
+    struct HATClaims: Decodable, Equatable {
+        let iss: String
+        let sub: String
+        let application: String
+        let exp: Date
+    }
+
+    @Test func decodesIntoCallerType() throws {
+        let jwt = try token([
+            "iss": .string("x.hubat.net"), "sub": .string("u"), "application": .string("app"), "exp": .integer(Int(t) + 60),
+        ])
+        let verifier = try JWTVerifier(key: hs256Key, clock: .fixed(t))
+        let claims = try verifier.verify(jwt, as: HATClaims.self)
+        #expect(claims == HATClaims(iss: "x.hubat.net", sub: "u", application: "app", exp: Date(timeIntervalSince1970: t + 60)))
+        struct Needs: Decodable { let missing: String }
+        #expect(code { _ = try verifier.verify(jwt, as: Needs.self) } == .payloadDecoding)
+    }
+
+    @Test func concurrentVerificationFromManyTasks() async throws {
+        let keys = try [JWTKey.generate(.ec(.p256), kid: "e"), JWTKey.generate(.ed25519, kid: "d"), JWTKey.hmac(secret: Array(0..<32), kid: "h")]
+        let tokens = try keys.map { try JWTSigner(key: $0).sign(claims: ["exp": .integer(Int(t) + 60), "sub": .string($0.kid ?? "")]) }
+        for engine in JWTVerifier.Engine.allCases {
+            let verifier = try JWTVerifier(keys: keys.map(\.publicKey), engine: engine, clock: .fixed(t))
+            let ok = await withTaskGroup(of: Bool.self) { group in
+                for i in 0..<300 {
+                    let token = tokens[i % tokens.count]
+                    group.addTask { (try? verifier.verify(token)) != nil }
+                }
+                var all = true
+                for await result in group { all = all && result }
+                return all
+            }
+            #expect(ok, "engine \(engine)")
+        }
+    }
+}

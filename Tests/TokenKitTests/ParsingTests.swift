@@ -1,0 +1,188 @@
+import Foundation
+import Testing
+@testable import TokenKit
+
+/// Builds a token from exact header and payload text, MACed with `key` (HS256), so parsing rules
+/// can be tested past the signature check.
+func forge(header: String, payload: String, key: JWTKey = hs256Key, algorithm: JWTAlgorithm = .hs256) throws -> String {
+    forgeSegments(Base64URL.encode(Array(header.utf8)), Base64URL.encode(Array(payload.utf8)), key: key, algorithm: algorithm)
+}
+
+func forgeSegments(_ header: String, _ payload: String, key: JWTKey = hs256Key, algorithm: JWTAlgorithm = .hs256) -> String {
+    let input = header + "." + payload
+    let signature = (try? NativeSignatures.sign(algorithm, key: key, message: Array(input.utf8))) ?? []
+    return input + "." + Base64URL.encode(signature)
+}
+
+// Fixed 32-byte test secret: a valid HS256 key. Creation cannot fail; fall back to a trap-free
+// default only to keep the global non-throwing.
+let hs256Key: JWTKey = {
+    do { return try JWTKey.hmac(secret: Array(0..<32)) } catch { fatalError("test key: \(error)") }
+}()
+
+func code(_ body: () throws -> Void) -> TokenError.Code? {
+    do {
+        try body()
+        return nil
+    } catch let error as TokenError {
+        return error.code
+    } catch {
+        return TokenError.Code(rawValue: "not-a-TokenError")
+    }
+}
+
+@Suite("Strict parsing")
+struct ParsingTests {
+    let verifier: JWTVerifier
+    let future = "{\"exp\":4102444800}"
+
+    init() throws {
+        verifier = try JWTVerifier(key: hs256Key, policy: ClaimsPolicy(), clock: .fixed(referenceTime))
+    }
+
+    @Test func validBaseline() throws {
+        let token = try forge(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: future)
+        #expect(try verifier.verify(token).claims.expiration == 4_102_444_800)
+    }
+
+    @Test func sizeCapIsCheckedFirst() throws {
+        let big = String(repeating: "A", count: 16 * 1024 + 1)
+        #expect(code { _ = try verifier.verify(big) } == .tokenTooLarge)
+        let smallCap = try JWTVerifier(key: hs256Key, clock: .fixed(referenceTime), maxTokenBytes: 60)
+        let token = try forge(header: #"{"alg":"HS256"}"#, payload: future)
+        #expect(token.utf8.count > 60)
+        #expect(code { _ = try smallCap.verify(token) } == .tokenTooLarge)
+    }
+
+    @Test(arguments: ["", "abc", "a.b", "a.b.c.d", "..", ".e30.", "a..b.c"])
+    func segmentCount(token: String) {
+        #expect(code { _ = try verifier.verify(token) } == .malformed)
+    }
+
+    @Test func base64Strictness() throws {
+        let good = try forge(header: #"{"alg":"HS256"}"#, payload: future)
+        let parts = good.split(separator: ".").map(String.init)
+        // Padding, standard-alphabet characters, whitespace, non-zero trailing bits.
+        #expect(code { _ = try verifier.verify(parts[0] + "=." + parts[1] + "." + parts[2]) } == .invalidBase64)
+        #expect(code { _ = try verifier.verify(parts[0] + "." + parts[1] + "." + parts[2] + "=") } == .invalidBase64)
+        #expect(code { _ = try verifier.verify(parts[0] + " ." + parts[1] + "." + parts[2]) } == .invalidBase64)
+        let plus = parts[2].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        if plus != parts[2] { #expect(code { _ = try verifier.verify(parts[0] + "." + parts[1] + "." + plus) } == .invalidBase64) }
+        // "e30" is "{}"; "e31" decodes to the same bytes with a non-zero unused bit.
+        #expect(Base64URL.decode("e30") == Array("{}".utf8))
+        #expect(Base64URL.decode("e31") == nil)
+        #expect(Base64URL.decode("e3") == nil)  // trailing bits set
+        #expect(Base64URL.decode("A") == nil)  // impossible length
+        // A payload with non-zero trailing bits, correctly MACed: still refused.
+        let payload = Base64URL.encode(Array((future + " ").utf8))  // 19 bytes: the last character has unused bits
+        var bent = Array(payload)
+        let last = bent.removeLast()
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        if let i = alphabet.firstIndex(of: last) { bent.append(alphabet[i | 1]) }
+        let token = forgeSegments(parts[0], String(bent))
+        #expect(String(bent) != payload)
+        #expect(code { _ = try verifier.verify(token) } == .invalidBase64)
+    }
+
+    @Test func roundTripBase64() {
+        for n in 0..<70 {
+            let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            #expect(Base64URL.decode(Base64URL.encode(bytes)) == bytes)
+        }
+    }
+
+    @Test(arguments: [
+        ("not json", TokenError.Code.invalidJSON), ("[1,2]", .invalidJSON), ("\"HS256\"", .invalidJSON),
+        (#"{"alg":"HS256",}"#, .invalidJSON), (#"{"alg":"HS256"} x"#, .invalidJSON),
+        (#"{"alg":"HS256","alg":"HS256"}"#, .duplicateMember), (#"{"alg":"HS256","typ":"JWT","typ":"JOSE"}"#, .duplicateMember),
+        (#"{"alg":"HS256","x":"a\u0000b"}"#, nil), (#"{"alg":"HS256","x":"\uD800"}"#, .invalidJSON),
+        (#"{"alg":"HS256","x":01}"#, .invalidJSON), (#"{"alg":"HS256","x":1.}"#, .invalidJSON),
+        (#"{"typ":"JWT"}"#, .invalidHeader), (#"{"alg":256}"#, .invalidHeader), (#"{"alg":"HS256","kid":7}"#, .invalidHeader),
+        (#"{"alg":"HS256","b64":false,"crit":["b64"]}"#, .invalidHeader),
+        (#"{"alg":"HS256","crit":[]}"#, .unsupportedCritical), (#"{"alg":"HS256","crit":"exp"}"#, .unsupportedCritical),
+        (#"{"alg":"HS256","crit":["exp"],"exp":1}"#, .unsupportedCritical), (#"{"alg":"HS256","crit":["alg"]}"#, .unsupportedCritical),
+        (#"{"alg":"HS256","crit":["ext"]}"#, .unsupportedCritical),
+    ])
+    func headerRules(header: String, expected: TokenError.Code?) throws {
+        let token = try forge(header: header, payload: future)
+        #expect(code { _ = try verifier.verify(token) } == expected, "\(header)")
+    }
+
+    @Test func rawControlAndInvalidUTF8AreRefused() throws {
+        let nulInString = Base64URL.encode(Array(#"{"alg":"HS256","x":"a"#.utf8) + [0] + Array(#""}"#.utf8))
+        #expect(code { _ = try verifier.verify(forgeSegments(nulInString, Base64URL.encode(Array(future.utf8)))) } == .invalidJSON)
+        let badUTF8 = Base64URL.encode(Array(#"{"alg":"HS256","x":""#.utf8) + [0xC3, 0x28] + Array(#""}"#.utf8))
+        #expect(code { _ = try verifier.verify(forgeSegments(badUTF8, Base64URL.encode(Array(future.utf8)))) } == .invalidJSON)
+        let overlong = Base64URL.encode(Array(#"{"alg":"HS256","x":""#.utf8) + [0xC0, 0xAF] + Array(#""}"#.utf8))
+        #expect(code { _ = try verifier.verify(forgeSegments(overlong, Base64URL.encode(Array(future.utf8)))) } == .invalidJSON)
+    }
+
+    @Test func understoodCriticalExtensionIsAccepted() throws {
+        let token = try forge(header: #"{"alg":"HS256","crit":["ext"],"ext":1}"#, payload: future)
+        let lenient = try JWTVerifier(key: hs256Key, policy: ClaimsPolicy(understoodCriticalHeaders: ["ext"]), clock: .fixed(referenceTime))
+        #expect(try lenient.verify(token).header.critical == ["ext"])
+        let absent = try forge(header: #"{"alg":"HS256","crit":["ext"]}"#, payload: future)
+        #expect(code { _ = try lenient.verify(absent) } == .unsupportedCritical)
+    }
+
+    @Test(arguments: ["none", "None", "NONE", "nOnE", " none", "none "])
+    func algNoneInEverySpelling(alg: String) throws {
+        let header = Base64URL.encode(Array(#"{"alg":"\#(alg)","typ":"JWT"}"#.utf8))
+        let payload = Base64URL.encode(Array(future.utf8))
+        for token in [header + "." + payload + ".", forgeSegments(header, payload)] {
+            #expect(code { _ = try verifier.verify(token) } == .forbiddenAlgorithm)
+        }
+    }
+
+    @Test(arguments: ["hs256", "Hs256", "HS256 ", "RS1", "ES256K", "HS", "", "EDDSA", "Ed25519"])
+    func unknownOrMisspelledAlgorithms(alg: String) throws {
+        let token = try forge(header: #"{"alg":"\#(alg)"}"#, payload: future)
+        #expect(code { _ = try verifier.verify(token) } == .unsupportedAlgorithm)
+    }
+
+    @Test func nestingDepthIsBounded() throws {
+        let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
+        let token = try forge(header: #"{"alg":"HS256"}"#, payload: #"{"exp":4102444800,"x":\#(deep)}"#)
+        #expect(code { _ = try verifier.verify(token) } == .invalidJSON)
+        let ok = String(repeating: "[", count: 20) + String(repeating: "]", count: 20)
+        let fine = try forge(header: #"{"alg":"HS256"}"#, payload: #"{"exp":4102444800,"x":\#(ok)}"#)
+        #expect(code { _ = try verifier.verify(fine) } == nil)
+    }
+
+    @Test(arguments: [
+        (#"{"exp":"4102444800"}"#, TokenError.Code.invalidClaim), (#"{"exp":-1}"#, .invalidClaim), (#"{"exp":1e300}"#, .invalidClaim),
+        (#"{"exp":253402300800}"#, .invalidClaim), (#"{"exp":true}"#, .invalidClaim), (#"{"exp":null}"#, .invalidClaim),
+        (#"{"exp":4102444800.5}"#, nil), (#"{"exp":4102444800,"nbf":"0"}"#, .invalidClaim), (#"{"exp":4102444800,"iat":[1]}"#, .invalidClaim),
+        (#"{"exp":4102444800,"iss":7}"#, .invalidClaim), (#"{"exp":4102444800,"sub":{}}"#, .invalidClaim),
+        (#"{"exp":4102444800,"aud":[1]}"#, .invalidClaim), (#"{"exp":4102444800,"jti":1}"#, .invalidClaim),
+        (#"[{"exp":4102444800}]"#, .invalidJSON), (#"{"exp":4102444800,"sub":"a","sub":"b"}"#, .duplicateMember),
+    ])
+    func claimTypesAndRanges(payload: String, expected: TokenError.Code?) throws {
+        let token = try forge(header: #"{"alg":"HS256"}"#, payload: payload)
+        #expect(code { _ = try verifier.verify(token) } == expected, "\(payload)")
+    }
+
+    @Test func truncatedAndExtendedSignatures() throws {
+        let token = try forge(header: #"{"alg":"HS256"}"#, payload: future)
+        let parts = token.split(separator: ".").map(String.init)
+        let signature = Base64URL.decode(parts[2]) ?? []
+        for variant in [Array(signature.dropLast()), signature + [0], [], Array(signature.prefix(16))] {
+            let bad = parts[0] + "." + parts[1] + "." + Base64URL.encode(variant)
+            #expect(code { _ = try verifier.verify(bad) } == .badSignature)
+        }
+    }
+
+    @Test func unverifiedDecodeShowsEverything() throws {
+        let token = try forge(header: #"{"alg":"none","typ":"JWT"}"#, payload: #"{"sub":"x"}"#)
+        let decoded = try UnverifiedToken(token)
+        #expect(decoded.header["alg"] == .string("none"))
+        #expect(decoded.payload == .object(["sub": .string("x")]))
+    }
+
+    @Test func jsonWriterRoundTrips() throws {
+        let text = #"{"a":[1,2.5,-3e2,true,false,null],"b":"q\"\\\n\u0001é😀","c":{}}"#
+        let value = try JSONValue.parse(text)
+        #expect(try JSONValue.parse(value.compactText) == value)
+        #expect(try JSONValue.parse(value.prettyText) == value)
+    }
+}
