@@ -71,7 +71,7 @@ extension JWTKey {
             }
             try self.init(pkey: pkey, isPrivate: d != nil, algorithms: algorithms, kid: kid, use: use, keyOperations: keyOps)
         case "oct":
-            let k = try reader.bytes("k", required: true) ?? []
+            guard let k = try reader.bytes("k") else { throw TokenError(.invalidKey, "the JWK has no \"k\"") }
             if k.isEmpty { throw TokenError(.weakKey, "the HMAC secret \"k\" is empty") }
             try self.init(
                 material: .secret(SecretBytes(k)), type: .hmac(bytes: k.count), isPrivate: true,

@@ -226,7 +226,9 @@ public struct JWTKey: Sendable, CustomStringConvertible {
         case EVP_PKEY_RSA_PSS:
             throw TokenError(.unsupportedKey, "RSASSA-PSS-restricted keys (id-RSASSA-PSS) are not supported; use an rsaEncryption key with PS256/384/512")
         case EVP_PKEY_EC:
-            guard let name = pkey.groupName else {
+            // OpenSSL 3 names the group even for explicit parameters that match a named curve,
+            // so the encoding must be checked too.
+            guard let name = pkey.groupName, pkey.stringParameter("encoding") != "explicit" else {
                 throw TokenError(.unsupportedKey, "EC keys with explicit curve parameters are refused; use a named curve")
             }
             guard let curve = ECCurve(opensslName: name) else {

@@ -26,6 +26,17 @@ final class PKey: @unchecked Sendable {
         return String(decoding: buffer.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// A UTF-8 string parameter, e.g. "encoding" of an EC key ("named_curve" or "explicit").
+    func stringParameter(_ name: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 80)
+        var length = 0
+        guard EVP_PKEY_get_utf8_string_param(pointer, name, &buffer, buffer.count, &length) == 1 else {
+            OpenSSLError.clear()
+            return nil
+        }
+        return String(decoding: buffer.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// A BIGNUM parameter ("n", "e", "d", "qx", "priv", …) as big-endian bytes, padded to `length`.
     func bigNumber(_ name: String, length: Int? = nil) -> [UInt8]? {
         var bn: OpaquePointer? = nil
