@@ -23,10 +23,11 @@ enum Input {
     static func token(_ argument: String?) throws -> String {
         let raw: String
         if let argument, argument != "-" {
-            if argument.split(separator: ".", omittingEmptySubsequences: false).count == 3, !FileManager.default.fileExists(atPath: argument) {
-                raw = argument
-            } else {
+            // A path to an existing file is read; anything else is the token itself.
+            if FileManager.default.fileExists(atPath: argument) {
                 raw = String(decoding: try read(argument), as: UTF8.self)
+            } else {
+                raw = argument
             }
         } else {
             raw = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
