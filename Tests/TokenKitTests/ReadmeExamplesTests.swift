@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+import TokenKit
+
+/// Compiles and runs the README's library examples, and checks the README still shows them
+/// exactly as they are written here (between the `// README:` markers).
+@Suite("README examples")
+struct ReadmeExamplesTests {
+    let publicKeyPEM: String
+    let jwt: String
+
+    init() throws {
+        publicKeyPEM = try Fixtures.text("peers/rsa_public.pem")
+        jwt = try Fixtures.text("peers/rs256_token.jwt").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test func verifyAndDecode() throws {
+        // README: begin
+        let key = try JWTKey(pem: publicKeyPEM)  // an RSA key verifies RS256, and only RS256
+        let verifier = try JWTVerifier(
+            key: key,
+            policy: ClaimsPolicy(maxAge: 30 * 24 * 3600, issuers: ["postman.hubat.net"]))
+        let token = try verifier.verify(jwt)
+        print(token.claims.subject ?? "-", token.payload["application"] ?? .null)
+        // README: end
+        // README: begin
+        struct HATClaims: Decodable {
+            let sub: String
+            let application: String
+            let exp: Date
+        }
+        let claims = try verifier.verify(jwt, as: HATClaims.self)
+        // README: end
+        #expect(claims.application == "testing")
+        // README: begin
+        let crossCheck = try JWTVerifier(key: key, engine: .libjwt)
+        _ = try crossCheck.verify(jwt)
+        // README: end
+    }
+
+    @Test func signAndVerifyWithJWKS() throws {
+        // README: begin
+        let signingKey = try JWTKey.generate(.ec(.p256), kid: "2026-11")
+        let signer = try JWTSigner(key: signingKey)
+        let now = Int(Date().timeIntervalSince1970)
+        let issued = try signer.sign(claims: [
+            "iss": .string("https://issuer.example/"), "sub": .string("device-42"),
+            "aud": .string("my-api"), "iat": .integer(now), "exp": .integer(now + 600),
+        ])
+        let publicJWKS = try JWKSet(keys: [signingKey.publicKey]).jsonText()
+        // README: end
+        let jwksJSON = publicJWKS
+        var accessToken = issued
+        var outcomes: [String] = []
+        for _ in 0..<2 {
+            // README: begin
+            let keys = try JWKSet(json: jwksJSON)
+            let apiVerifier = try JWTVerifier(
+                keySet: keys,
+                policy: ClaimsPolicy(issuers: ["https://issuer.example/"], audiences: ["my-api"]))
+            do {
+                _ = try apiVerifier.verify(accessToken)
+            } catch {
+                switch error.code {
+                case .expired: print("ask the client to refresh")
+                case .unknownKey: print("no key has that kid: did the issuer rotate its keys?")
+                default: print("rejected: \(error)")
+                }
+            }
+            // README: end
+            outcomes.append((try? apiVerifier.verify(accessToken)) == nil ? "rejected" : "valid")
+            accessToken = try JWTSigner(key: JWTKey.generate(.ec(.p256), kid: "other")).sign(claims: ["exp": .integer(now + 60)])
+        }
+        #expect(outcomes == ["valid", "rejected"])
+    }
+
+    /// Every ```swift block of the README that is library code appears here verbatim.
+    @Test func readmeShowsTheseExamples() throws {
+        let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
+        let source = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
+        func normalise(_ lines: [Substring]) -> [String] {
+            lines.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("import ") }
+        }
+        var examples: [[String]] = []
+        var current: [Substring]? = nil
+        for line in source.split(separator: "\n", omittingEmptySubsequences: false) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed == "// README: begin" { current = [] } else if trimmed == "// README: end" {
+                if let block = current { examples.append(normalise(block)) }
+                current = nil
+            } else if current != nil { current?.append(line) }
+        }
+        var blocks: [[String]] = []
+        current = nil
+        for line in readme.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == "```swift" { current = [] } else if line == "```", let block = current {
+                blocks.append(normalise(block))
+                current = nil
+            } else if current != nil { current?.append(line) }
+        }
+        let libraryBlocks = blocks.filter { !($0.first ?? "").hasPrefix(".package") }
+        #expect(libraryBlocks.count == examples.count)
+        for block in libraryBlocks {
+            #expect(examples.contains(block), "README block not compiled by this test:\n\(block.joined(separator: "\n"))")
+        }
+    }
+}
