@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "TokenKit", targets: ["TokenKit"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
+        .executable(name: "tokenbench", targets: ["tokenbench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -39,6 +40,19 @@ let package = Package(
                 "TokenKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "CAllocCounter",
+            path: "Benchmarks/CAllocCounter"
+        ),
+        .executableTarget(
+            name: "tokenbench",
+            dependencies: [
+                "TokenKit", "COpenSSL", "CAllocCounter",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Benchmarks/tokenbench",
             swiftSettings: strictSettings
         ),
         .testTarget(

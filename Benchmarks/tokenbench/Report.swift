@@ -1,0 +1,54 @@
+import Foundation
+import TokenKit
+
+enum Report {
+    static func write(rows: [Row], scaling: [ScalingResult], seconds: Double, reps: Int, to path: String) throws {
+        var items: [JSONValue] = []
+        for row in rows {
+            var o: [String: JSONValue] = [
+                "name": .string(row.name), "alg": .string(row.algorithm.rawValue),
+                "tokens_per_s": .number(String(format: "%.0f", row.measurement.tokensPerSecond)),
+                "ns_per_token": .number(String(format: "%.1f", row.measurement.nanosecondsPerToken)),
+            ]
+            if let r = row.ratio { o["ratio_to_limit"] = .number(String(format: "%.4f", r)) }
+            if let a = row.allocations { o["allocations_per_verify"] = .number(String(format: "%.2f", a)) }
+            items.append(.object(o))
+        }
+        let scalingItems: [JSONValue] = scaling.map {
+            .object([
+                "alg": .string($0.algorithm.rawValue), "tasks": .integer($0.tasks),
+                "single_tokens_per_s": .number(String(format: "%.0f", $0.single)),
+                "parallel_tokens_per_s": .number(String(format: "%.0f", $0.parallel)),
+                "ratio": .number(String(format: "%.3f", $0.ratio)),
+            ])
+        }
+        let document: JSONValue = .object([
+            "seconds": .number(String(seconds)), "reps": .integer(reps),
+            "cores": .integer(ProcessInfo.processInfo.activeProcessorCount),
+            "rows": .array(items), "scaling": .array(scalingItems),
+        ])
+        try Data((document.prettyText + "\n").utf8).write(to: URL(fileURLWithPath: path))
+    }
+}
+
+/// Prints the two lines the peer harness (`shared/peers/run.sh`, PROJECT_BENCH_CMD) reads, timed
+/// the way its other rows are: a checked warm-up pass, then `reps` repetitions of the 1000-token
+/// batch for at least `seconds` each.
+enum PeersMode {
+    static func run(directory: String, seconds: Double, reps: Int) throws {
+        let dir = URL(fileURLWithPath: directory)
+        func text(_ name: String) throws -> String { try String(contentsOf: dir.appendingPathComponent(name), encoding: .utf8) }
+        let policy = ClaimsPolicy(issuers: ["postman.hubat.net"], requiredClaims: ["sub", "iat"])
+        let rsa = try JWTVerifier(key: JWTKey(pem: text("rsa_public.pem")), policy: policy)
+        let secret = Array(try Data(contentsOf: dir.appendingPathComponent("hs256_secret.bin")))
+        let hmac = try JWTVerifier(key: JWTKey.hmac(secret: secret), policy: policy)
+        for (alg, file, verifier) in [("RS256", "rs256_tokens.txt", rsa), ("HS256", "hs256_tokens.txt", hmac)] {
+            let tokens = try text(file).split(separator: "\n").map(String.init).filter { !$0.isEmpty }
+            for (i, token) in tokens.enumerated() {
+                do { _ = try verifier.verify(token) } catch { throw BenchError("\(alg) token \(i) failed: \(error)") }
+            }
+            let m = measure(count: tokens.count, seconds: seconds, reps: reps) { i in (try? verifier.verify(tokens[i])) != nil }
+            print(String(format: "%@ %.0f %.0f", alg, m.tokensPerSecond, m.nanosecondsPerToken))
+        }
+    }
+}

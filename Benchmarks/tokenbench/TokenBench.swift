@@ -1,0 +1,119 @@
+import ArgumentParser
+import CAllocCounter
+import Foundation
+import TokenKit
+
+@main
+struct TokenBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tokenbench",
+        abstract: "Measure TokenKit's verification speed against the raw OpenSSL limit, in one process.",
+        discussion: """
+            For RS256, HS256, ES256 and EdDSA it times, on the same 1000 HAT-shaped tokens: \
+            TokenKit's native engine, TokenKit's libjwt engine (not for EdDSA: libjwt 1.10 lacks it), \
+            and the raw OpenSSL limit (key parsed once, signature decoded beforehand; SHA-256 + \
+            EVP_PKEY_verify for RS256/ES256, EVP_DigestVerify for EdDSA, a keyed HMAC context \
+            re-initialised per token for HS256). TokenKit rows include parsing and every claim check. \
+            Before timing, every row must verify the algorithm it claims and refuse a tampered token.
+
+            Then: throughput with N tasks on N cores and its ratio to one core, and heap allocations \
+            per verification.
+
+            Run it as: swift run -c release tokenbench
+            With the peer harness: PROJECT_BENCH_CMD='swift run -c release tokenbench --peers "$PEERS_DATA"'
+            """)
+
+    @Option(help: "Seconds per repetition of each row.")
+    var seconds: Double = 1
+
+    @Option(help: "Repetitions per row (the median is reported).")
+    var reps: Int = 3
+
+    @Option(help: "Run only rows whose name contains this text.")
+    var filter: String?
+
+    @Option(help: "Also write the results as JSON to this file.")
+    var json: String?
+
+    @Option(help: "Peer-harness mode: verify the tokens in this directory (rs256_tokens.txt, hs256_tokens.txt, rsa_public.pem, hs256_secret.bin) and print 'RS256 <tokens/s> <ns>' and 'HS256 <tokens/s> <ns>'.")
+    var peers: String?
+
+    func run() async throws {
+        if let peers {
+            try PeersMode.run(directory: peers, seconds: Double(ProcessInfo.processInfo.environment["BENCH_SECONDS"] ?? "") ?? seconds,
+                              reps: Int(ProcessInfo.processInfo.environment["BENCH_REPS"] ?? "") ?? reps)
+            return
+        }
+        var rows: [Row] = []
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        print("tokenbench: \(seconds) s × \(reps) repetitions per row; \(cores) cores; \(Workload.tokenCount) tokens per algorithm")
+        print(Row.header)
+        for algorithm in [JWTAlgorithm.rs256, .hs256, .es256, .eddsa] {
+            let workload = try Workload(algorithm)
+            let limit = try workload.rawLimit()
+            var candidates: [(String, (Int) -> Bool)] = [("openssl-raw.limit.\(algorithm)", limit.verify)]
+            for engine in JWTVerifier.Engine.allCases where engine == .native || algorithm != .eddsa {
+                let verifier = try workload.verifier(engine: engine)
+                let tokens = workload.tokens
+                candidates.append(("tokenkit.\(engine.rawValue).\(algorithm)", { i in (try? verifier.verify(tokens[i])) != nil }))
+            }
+            var limitRate: Double? = nil
+            for (name, body) in candidates {
+                if let filter, !name.contains(filter) { continue }
+                try workload.check(name: name, body)
+                let m = measure(count: workload.tokens.count, seconds: seconds, reps: reps, body)
+                if name.hasPrefix("openssl-raw") { limitRate = m.tokensPerSecond }
+                let allocations = name.hasPrefix("tokenkit") ? allocationsPerCall(count: workload.tokens.count, body) : nil
+                let row = Row(name: name, algorithm: algorithm, measurement: m, limit: limitRate, allocations: allocations)
+                print(row.line)
+                rows.append(row)
+            }
+        }
+        var scaling: [ScalingResult] = []
+        if filter == nil || "scaling".contains(filter ?? "") || (filter ?? "").contains("scaling") {
+            print("")
+            print("Scaling, TokenKit native engine, \(cores) tasks on \(cores) cores vs 1:")
+            for algorithm in [JWTAlgorithm.rs256, .hs256] {
+                let workload = try Workload(algorithm)
+                let verifier = try workload.verifier(engine: .native)
+                let tokens = workload.tokens
+                let result = await Scaling.measure(algorithm: algorithm, tasks: cores, seconds: seconds) { i in
+                    (try? verifier.verify(tokens[i % tokens.count])) != nil
+                }
+                print(result.line)
+                scaling.append(result)
+            }
+        }
+        if let json { try Report.write(rows: rows, scaling: scaling, seconds: seconds, reps: reps, to: json) }
+    }
+
+    /// Heap allocations per call on this thread, over one pass of the batch.
+    func allocationsPerCall(count: Int, _ body: (Int) -> Bool) -> Double {
+        for i in 0..<count { _ = body(i) }  // warm caches first
+        let before = tb_alloc_count()
+        tb_alloc_counting(1)
+        for i in 0..<count { _ = body(i) }
+        tb_alloc_counting(0)
+        return Double(tb_alloc_count() - before) / Double(count)
+    }
+}
+
+struct Row {
+    let name: String
+    let algorithm: JWTAlgorithm
+    let measurement: Measurement
+    let limit: Double?
+    let allocations: Double?
+
+    var ratio: Double? { limit.map { measurement.tokensPerSecond / $0 } }
+
+    static let header = "row".padding(toLength: 34, withPad: " ", startingAt: 0) + "    tokens/s   ns/token  ratio-to-limit  allocs/verify"
+
+    var line: String {
+        let tps = String(format: "%11.0f", measurement.tokensPerSecond)
+        let ns = String(format: "%10.0f", measurement.nanosecondsPerToken)
+        let r = ratio.map { String(format: "%14.3f", $0) } ?? String(repeating: " ", count: 14)
+        let a = allocations.map { String(format: "%14.1f", $0) } ?? ""
+        return name.padding(toLength: 34, withPad: " ", startingAt: 0) + tps + " " + ns + "  " + r + " " + a
+    }
+}
