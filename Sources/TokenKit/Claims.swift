@@ -21,6 +21,19 @@ public struct RegisteredClaims: Sendable, Hashable {
     public var issuedAtDate: Date? { issuedAt.map { Date(timeIntervalSince1970: $0) } }
     public var notBeforeDate: Date? { notBefore.map { Date(timeIntervalSince1970: $0) } }
 
+    init(
+        issuer: String?, subject: String?, audience: [String]?, expiration: NumericDate?, notBefore: NumericDate?,
+        issuedAt: NumericDate?, id: String?
+    ) {
+        self.issuer = issuer
+        self.subject = subject
+        self.audience = audience
+        self.expiration = expiration
+        self.notBefore = notBefore
+        self.issuedAt = issuedAt
+        self.id = id
+    }
+
     /// Reads and type-checks the registered claims of a payload.
     public init(payload: [String: JSONValue]) throws(TokenError) {
         issuer = try RegisteredClaims.string(payload, "iss")
@@ -111,7 +124,7 @@ public struct ClaimsPolicy: Sendable {
     }
 
     /// Applies the policy to checked claims at time `now`.
-    func check(_ claims: RegisteredClaims, payload: [String: JSONValue], header: JOSEHeader, now: Double) throws(TokenError) {
+    func check(_ claims: RegisteredClaims, missingRequired: () -> String?, header: JOSEHeader, now: Double) throws(TokenError) {
         if let expectedType {
             guard let typ = header.type, ClaimsPolicy.normaliseType(typ) == ClaimsPolicy.normaliseType(expectedType) else {
                 throw TokenError(.typeMismatch, "header typ is \(header.type.map { "\"\(JSONParser.printable($0))\"" } ?? "absent"); \"\(expectedType)\" is required")
@@ -152,7 +165,7 @@ public struct ClaimsPolicy: Sendable {
         } else if let aud = claims.audience, !ignoresAudience {
             throw TokenError(.audienceMismatch, "the token is meant for audience \(aud.map { "\"\(JSONParser.printable($0))\"" }.joined(separator: ", ")) but this verifier accepts no audience (configure one)")
         }
-        for name in requiredClaims.sorted() where payload[name] == nil {
+        if let name = missingRequired() {
             throw TokenError(.missingClaim, "the token has no \"\(JSONParser.printable(name))\"")
         }
     }

@@ -12,10 +12,13 @@ public struct VerifiedJWS: Sendable {
 public struct VerifiedToken: Sendable {
     public let header: JOSEHeader
     public let claims: RegisteredClaims
-    /// Every claim of the payload, as parsed.
-    public let payload: [String: JSONValue]
-    /// The payload's JSON bytes, exactly as signed.
+    /// The payload's JSON bytes, exactly as signed (already validated strictly).
     public let payloadBytes: [UInt8]
+    /// Every claim of the payload. Parsed from ``payloadBytes`` on each access: keep the result
+    /// if you read it more than once.
+    public var payload: [String: JSONValue] {
+        (try? payloadBytes.withBytes { buffer throws(TokenError) in try JSONParser.parseObject(buffer, what: "the payload") }) ?? [:]
+    }
     /// The key that verified the signature.
     public let key: JWTKey
 
@@ -65,6 +68,13 @@ public struct JWTVerifier: Sendable {
     struct Entry: Sendable {
         let key: JWTKey
         let libjwt: [JWTAlgorithm: LibJWTHandle]
+        /// Pre-initialised OpenSSL contexts, one pool per algorithm the key accepts.
+        let pools: [ContextPool]
+
+        func pool(_ algorithm: JWTAlgorithm) -> ContextPool? {
+            for pool in pools where pool.algorithm == algorithm { return pool }
+            return nil
+        }
     }
 
     public let policy: ClaimsPolicy
@@ -77,6 +87,7 @@ public struct JWTVerifier: Sendable {
 
     private let entries: [Entry]
     private let byKid: [String: Int]
+    private let headerCache = HeaderCache()
 
     /// A verifier over several keys. Keys must have distinct `kid`s.
     public init(
@@ -98,7 +109,8 @@ public struct JWTVerifier: Sendable {
                     handles[algorithm] = try LibJWTHandle(algorithm: algorithm, key: key)
                 }
             }
-            entries.append(Entry(key: key, libjwt: handles))
+            let pools = key.algorithms.map { ContextPool(algorithm: $0, material: key.material) }
+            entries.append(Entry(key: key, libjwt: handles, pools: pools))
         }
         self.entries = entries
         self.byKid = byKid
@@ -129,12 +141,21 @@ public struct JWTVerifier: Sendable {
     /// Verifies a JWT: signature, then claims and policy.
     public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
         let jws = try verifySignature(token)
-        let payload = try jws.payload.withBytes { buffer throws(TokenError) in
-            try JSONParser.parseObject(buffer, what: "the payload")
+        let required = policy.requiredClaims
+        let fast = jws.payload.withUnsafeBytes { FastPayload.scan($0, required: required) }
+        let claims: RegisteredClaims
+        if let fast, fast.hasRequired {
+            claims = fast.claims
+            try policy.check(claims, missingRequired: { nil }, header: jws.header, now: clock.now)
+        } else {
+            // Anything the fast reader does not handle, and every error, goes through the full parser.
+            let payload = try jws.payload.withBytes { buffer throws(TokenError) in
+                try JSONParser.parseObject(buffer, what: "the payload")
+            }
+            claims = try RegisteredClaims(payload: payload)
+            try policy.check(claims, missingRequired: { required.sorted().first { payload[$0] == nil } }, header: jws.header, now: clock.now)
         }
-        let claims = try RegisteredClaims(payload: payload)
-        try policy.check(claims, payload: payload, header: jws.header, now: clock.now)
-        return VerifiedToken(header: jws.header, claims: claims, payload: payload, payloadBytes: jws.payload, key: jws.key)
+        return VerifiedToken(header: jws.header, claims: claims, payloadBytes: jws.payload, key: jws.key)
     }
 
     /// Verifies a JWT and decodes its payload into `T`.
@@ -154,56 +175,73 @@ public struct JWTVerifier: Sendable {
 
     private func verifySignature(utf8 token: UnsafeRawBufferPointer) throws(TokenError) -> VerifiedJWS {
         let parts = try CompactJWS.split(token)
-        let header = try JOSEHeader(
-            members: try CompactJWS.decodeHeader(parts.header), understoodCritical: policy.understoodCriticalHeaders)
-        let entry = try select(for: header)
-        let key = entry.key
+        let header: JOSEHeader
+        let entry: Entry
+        if let (cached, index) = headerCache.lookup(parts.header) {
+            header = cached
+            entry = entries[index]
+        } else {
+            header = try JOSEHeader(members: try CompactJWS.decodeHeader(parts.header), understoodCritical: policy.understoodCriticalHeaders)
+            let index = try select(for: header)
+            entry = entries[index]
+            headerCache.insert(parts.header, header: header, entry: index)
+        }
         let algorithm = header.algorithm
-        guard let signature = Base64URL.decode(parts.signature) else {
+        guard let signatureCount = Base64URL.decodedCount(parts.signature.count) else {
             throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
         }
-        try JWTVerifier.checkSignature(
-            algorithm, key: key, libjwt: engine == .libjwt ? entry.libjwt[algorithm] : nil,
-            signingInput: parts.signingInput, signature: signature, signatureSegment: parts.signature)
+        let result = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(signatureCount, 1)) { buffer -> Result<Void, TokenError> in
+            let signature = UnsafeMutableBufferPointer(rebasing: buffer[0..<signatureCount])
+            guard Base64URL.decode(parts.signature, into: signature) else {
+                return .failure(TokenError(.invalidBase64, "the signature segment is not strict base64url"))
+            }
+            return Result { () throws(TokenError) in
+                try JWTVerifier.checkSignature(
+                    algorithm, key: entry.key, libjwt: engine == .libjwt ? entry.libjwt[algorithm] : nil, pool: entry.pool(algorithm),
+                    signingInput: parts.signingInput, signature: UnsafeRawBufferPointer(signature), signatureSegment: parts.signature)
+            }
+        }
+        try result.get()
         guard let payload = Base64URL.decode(parts.payload) else {
             throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
         }
-        return VerifiedJWS(header: header, payload: payload, key: key)
+        return VerifiedJWS(header: header, payload: payload, key: entry.key)
     }
 
     /// Key lookup: by `kid` when the token names one, else the single key accepting `alg`.
-    private func select(for header: JOSEHeader) throws(TokenError) -> Entry {
+    private func select(for header: JOSEHeader) throws(TokenError) -> Int {
         let algorithm = header.algorithm
-        let entry: Entry
+        let index: Int
         if let kid = header.keyID {
-            guard let index = byKid[kid] else {
+            guard let found = byKid[kid] else {
                 throw TokenError(.unknownKey, "no key has kid \"\(JSONParser.printable(kid))\"")
             }
-            entry = entries[index]
-            guard entry.key.algorithms.contains(algorithm) else {
-                throw TokenError(.algorithmNotAllowed, "key \"\(JSONParser.printable(kid))\" does not accept \(algorithm) (it accepts \(entry.key.algorithms.map(\.rawValue).sorted().joined(separator: ", ")))")
+            let key = entries[found].key
+            guard key.algorithms.contains(algorithm) else {
+                throw TokenError(.algorithmNotAllowed, "key \"\(JSONParser.printable(kid))\" does not accept \(algorithm) (it accepts \(key.algorithms.map(\.rawValue).sorted().joined(separator: ", ")))")
             }
+            index = found
         } else {
-            let candidates = entries.filter { $0.key.algorithms.contains(algorithm) }
+            let candidates = entries.indices.filter { entries[$0].key.algorithms.contains(algorithm) }
             guard let first = candidates.first else {
                 throw TokenError(.algorithmNotAllowed, "no key accepts \(algorithm)")
             }
             guard candidates.count == 1 else {
                 throw TokenError(.unknownKey, "the token has no kid and \(candidates.count) keys accept \(algorithm); it must name its key")
             }
-            entry = first
+            index = first
         }
-        guard entry.key.usableForVerification else {
+        guard entries[index].key.usableForVerification else {
             throw TokenError(.keyNotUsable, "the key's use/key_ops do not allow verifying signatures")
         }
-        return entry
+        return index
     }
 
     /// The signature step shared by both engines: exact length for the algorithm and key, then
     /// libjwt (when given a handle) or OpenSSL.
     static func checkSignature(
-        _ algorithm: JWTAlgorithm, key: JWTKey, libjwt: LibJWTHandle?, signingInput: UnsafeRawBufferPointer,
-        signature: [UInt8], signatureSegment: UnsafeRawBufferPointer
+        _ algorithm: JWTAlgorithm, key: JWTKey, libjwt: LibJWTHandle?, pool: ContextPool?, signingInput: UnsafeRawBufferPointer,
+        signature: UnsafeRawBufferPointer, signatureSegment: UnsafeRawBufferPointer
     ) throws(TokenError) {
         let expected = signatureLength(algorithm, key: key)
         guard signature.count == expected else {
@@ -212,10 +250,10 @@ public struct JWTVerifier: Sendable {
         let valid: Bool
         if let libjwt {
             valid = libjwt.verify(signingInput: signingInput, signatureSegment: signatureSegment)
+        } else if let pool {
+            valid = pool.verify(message: signingInput, signature: signature)
         } else {
-            valid = signature.withUnsafeBytes { sig in
-                NativeSignatures.verify(algorithm, key: key.material, message: signingInput, signature: sig)
-            }
+            valid = NativeSignatures.verify(algorithm, key: key.material, message: signingInput, signature: signature)
         }
         guard valid else { throw TokenError(.badSignature, "the \(algorithm) signature does not verify") }
     }

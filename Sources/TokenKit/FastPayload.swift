@@ -1,0 +1,232 @@
+/// The hot path's payload reader: validates a *simple* JWT payload strictly and extracts the
+/// registered claims without building a dictionary.
+///
+/// "Simple" means: a flat JSON object of at most 32 members whose names and strings are ASCII
+/// without escapes, whose values are strings, numbers, literals or arrays of those, whose
+/// registered claims have the right types and ranges. Anything else — including anything
+/// invalid — returns nil, and the caller runs the full strict parser, which accepts exactly the
+/// same valid inputs and produces the precise error for invalid ones. So this reader can only
+/// ever be stricter than the parser, never looser.
+enum FastPayload {
+    static let maxMembers = 32
+
+    struct Result {
+        let claims: RegisteredClaims
+        /// Whether every name in `required` is a member.
+        let hasRequired: Bool
+    }
+
+    static func scan(_ input: UnsafeRawBufferPointer, required: Set<String>) -> Result? {
+        withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: maxMembers) { names -> Result? in
+            var scanner = Scanner(input: input)
+            var count = 0
+            var iss: Range<Int>? = nil, sub: Range<Int>? = nil, jti: Range<Int>? = nil, aud: Range<Int>? = nil
+            var exp: Double? = nil, nbf: Double? = nil, iat: Double? = nil
+            scanner.skipWhitespace()
+            guard scanner.take(UInt8(ascii: "{")) else { return nil }
+            scanner.skipWhitespace()
+            if !scanner.take(UInt8(ascii: "}")) {
+                while true {
+                    scanner.skipWhitespace()
+                    guard let name = scanner.string(), count < maxMembers else { return nil }
+                    for i in 0..<count where scanner.equal(names[i], name) { return nil }  // duplicate: let the parser say so
+                    names[count] = name
+                    count += 1
+                    scanner.skipWhitespace()
+                    guard scanner.take(UInt8(ascii: ":")) else { return nil }
+                    scanner.skipWhitespace()
+                    guard let kind = scanner.value() else { return nil }
+                    if name.count == 3 {
+                        switch (input[name.lowerBound], input[name.lowerBound + 1], input[name.lowerBound + 2]) {
+                        case (0x69, 0x73, 0x73):  // iss
+                            guard case .string(let r) = kind else { return nil }
+                            iss = r
+                        case (0x73, 0x75, 0x62):  // sub
+                            guard case .string(let r) = kind else { return nil }
+                            sub = r
+                        case (0x6A, 0x74, 0x69):  // jti
+                            guard case .string(let r) = kind else { return nil }
+                            jti = r
+                        case (0x61, 0x75, 0x64):  // aud
+                            guard case .string(let r) = kind else { return nil }  // arrays: full parser
+                            aud = r
+                        case (0x65, 0x78, 0x70):  // exp
+                            guard case .number(let r) = kind, let v = scanner.numericDate(r) else { return nil }
+                            exp = v
+                        case (0x6E, 0x62, 0x66):  // nbf
+                            guard case .number(let r) = kind, let v = scanner.numericDate(r) else { return nil }
+                            nbf = v
+                        case (0x69, 0x61, 0x74):  // iat
+                            guard case .number(let r) = kind, let v = scanner.numericDate(r) else { return nil }
+                            iat = v
+                        default:
+                            break
+                        }
+                    }
+                    scanner.skipWhitespace()
+                    if scanner.take(UInt8(ascii: "}")) { break }
+                    guard scanner.take(UInt8(ascii: ",")) else { return nil }
+                }
+            }
+            scanner.skipWhitespace()
+            guard scanner.atEnd else { return nil }
+            var hasRequired = true
+            for name in required {
+                var found = false
+                for i in 0..<count where scanner.equal(names[i], name) {
+                    found = true
+                    break
+                }
+                if !found {
+                    hasRequired = false
+                    break
+                }
+            }
+            let claims = RegisteredClaims(
+                issuer: iss.map(scanner.text), subject: sub.map(scanner.text), audience: aud.map { [scanner.text($0)] },
+                expiration: exp, notBefore: nbf, issuedAt: iat, id: jti.map(scanner.text))
+            return Result(claims: claims, hasRequired: hasRequired)
+        }
+    }
+
+    enum Kind {
+        case string(Range<Int>)
+        case number(Range<Int>)
+        case other
+    }
+
+    struct Scanner {
+        let input: UnsafeRawBufferPointer
+        var position = 0
+
+        var atEnd: Bool { position == input.count }
+
+        mutating func skipWhitespace() {
+            while position < input.count {
+                let c = input[position]
+                guard c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 else { return }
+                position += 1
+            }
+        }
+
+        mutating func take(_ c: UInt8) -> Bool {
+            guard position < input.count, input[position] == c else { return false }
+            position += 1
+            return true
+        }
+
+        /// A string of printable ASCII without escapes; returns the range inside the quotes.
+        mutating func string() -> Range<Int>? {
+            guard take(UInt8(ascii: "\"")) else { return nil }
+            let start = position
+            while position < input.count {
+                let c = input[position]
+                if c == UInt8(ascii: "\"") {
+                    position += 1
+                    return start..<(position - 1)
+                }
+                guard c >= 0x20, c < 0x7F, c != UInt8(ascii: "\\") else { return nil }
+                position += 1
+            }
+            return nil
+        }
+
+        mutating func number() -> Range<Int>? {
+            let start = position
+            _ = take(UInt8(ascii: "-"))
+            guard position < input.count else { return nil }
+            if input[position] == UInt8(ascii: "0") {
+                position += 1
+            } else {
+                guard digits() > 0 else { return nil }
+            }
+            if take(UInt8(ascii: ".")) { guard digits() > 0 else { return nil } }
+            if take(UInt8(ascii: "e")) || take(UInt8(ascii: "E")) {
+                if !take(UInt8(ascii: "+")) { _ = take(UInt8(ascii: "-")) }
+                guard digits() > 0 else { return nil }
+            }
+            guard position - start <= 64 else { return nil }
+            return start..<position
+        }
+
+        private mutating func digits() -> Int {
+            let start = position
+            while position < input.count, input[position] >= 0x30, input[position] <= 0x39 { position += 1 }
+            return position - start
+        }
+
+        mutating func literal(_ text: StaticString) -> Bool {
+            let n = text.utf8CodeUnitCount
+            guard position + n <= input.count else { return false }
+            for i in 0..<n where input[position + i] != text.utf8Start[i] { return false }
+            position += n
+            return true
+        }
+
+        mutating func value(allowArray: Bool = true) -> Kind? {
+            guard position < input.count else { return nil }
+            switch input[position] {
+            case UInt8(ascii: "\""): return string().map { .string($0) }
+            case UInt8(ascii: "t"): return literal("true") ? .other : nil
+            case UInt8(ascii: "f"): return literal("false") ? .other : nil
+            case UInt8(ascii: "n"): return literal("null") ? .other : nil
+            case UInt8(ascii: "["):
+                guard allowArray else { return nil }
+                position += 1
+                skipWhitespace()
+                if take(UInt8(ascii: "]")) { return .other }
+                while true {
+                    skipWhitespace()
+                    guard value(allowArray: false) != nil else { return nil }
+                    skipWhitespace()
+                    if take(UInt8(ascii: "]")) { return .other }
+                    guard take(UInt8(ascii: ",")) else { return nil }
+                }
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return number().map { .number($0) }
+            default:
+                return nil  // objects: full parser
+            }
+        }
+
+        /// A NumericDate in range; nil for anything the full parser must judge.
+        func numericDate(_ range: Range<Int>) -> Double? {
+            var value: Double = 0
+            var integral = true
+            for i in range {
+                let c = input[i]
+                guard c >= 0x30, c <= 0x39 else {
+                    integral = false
+                    break
+                }
+                value = value * 10 + Double(c - 0x30)
+            }
+            if !integral || range.count > 15 {
+                guard let parsed = Double(text(range)) else { return nil }
+                value = parsed
+            }
+            guard value.isFinite, value >= 0, value <= RegisteredClaims.maximumDate else { return nil }
+            return value
+        }
+
+        func text(_ range: Range<Int>) -> String {
+            String(decoding: UnsafeRawBufferPointer(rebasing: input[range]), as: UTF8.self)
+        }
+
+        func equal(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+            guard a.count == b.count else { return false }
+            for i in 0..<a.count where input[a.lowerBound + i] != input[b.lowerBound + i] { return false }
+            return true
+        }
+
+        func equal(_ a: Range<Int>, _ name: String) -> Bool {
+            guard a.count == name.utf8.count else { return false }
+            var i = a.lowerBound
+            for byte in name.utf8 {
+                if input[i] != byte { return false }
+                i += 1
+            }
+            return true
+        }
+    }
+}

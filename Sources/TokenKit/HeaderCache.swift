@@ -1,0 +1,63 @@
+import Synchronization
+
+/// Remembers, per verifier, the outcome of parsing a header segment and selecting its key.
+///
+/// Tokens from one issuer carry byte-identical headers, so after the first token the header costs
+/// a comparison instead of base64 decoding and JSON parsing. The cache is safe because the result
+/// depends only on the exact segment bytes and on the verifier, which is immutable: the same bytes
+/// always give the same header and key. Only successes are cached; segments longer than 512 bytes
+/// are not cached. 16 stripes (chosen by thread) × 4 entries bound its size.
+final class HeaderCache: Sendable {
+    static let stripeCount = 16
+    static let entriesPerStripe = 4
+    static let maxSegment = 512
+
+    struct Item: Sendable {
+        let segment: [UInt8]
+        let header: JOSEHeader
+        let entry: Int
+    }
+
+    struct Items: ~Copyable {
+        var items: [Item] = []
+        var next = 0
+    }
+
+    private final class Stripe: Sendable {
+        let items = Mutex(Items())
+        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    }
+
+    private let stripes: [Stripe] = (0..<HeaderCache.stripeCount).map { _ in Stripe() }
+
+    func lookup(_ segment: UnsafeRawBufferPointer) -> (JOSEHeader, Int)? {
+        guard segment.count <= HeaderCache.maxSegment else { return nil }
+        return stripes[ThreadStripe.index(HeaderCache.stripeCount)].items.withLock { state -> (JOSEHeader, Int)? in
+            for item in state.items where item.segment.count == segment.count {
+                let same = item.segment.withUnsafeBytes { stored in
+                    guard let a = stored.baseAddress, let b = segment.baseAddress else { return segment.isEmpty }
+                    return memcmp(a, b, segment.count) == 0
+                }
+                if same { return (item.header, item.entry) }
+            }
+            return nil
+        }
+    }
+
+    func insert(_ segment: UnsafeRawBufferPointer, header: JOSEHeader, entry: Int) {
+        guard segment.count <= HeaderCache.maxSegment else { return }
+        let item = Item(segment: Array(segment), header: header, entry: entry)
+        stripes[ThreadStripe.index(HeaderCache.stripeCount)].items.withLock { state in
+            if state.items.count < HeaderCache.entriesPerStripe {
+                state.items.append(item)
+            } else {
+                state.items[state.next] = item
+                state.next = (state.next + 1) % HeaderCache.entriesPerStripe
+            }
+        }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

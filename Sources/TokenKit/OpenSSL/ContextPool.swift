@@ -1,0 +1,188 @@
+internal import COpenSSL
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Pre-initialised OpenSSL contexts for one key and one algorithm, so that per token only the
+/// hash and the verification run (no `EVP_DigestVerifyInit`, no HMAC key schedule).
+///
+/// OpenSSL contexts must not be used by two threads at once. The pool has 16 stripes, each a
+/// mutex over one lazily created context, chosen by the calling thread's identity: threads rarely
+/// share a stripe, so the lock is uncontended and its cache line stays with one core. When a
+/// stripe is busy the call uses a fresh context instead of waiting.
+final class ContextPool: Sendable {
+    private static let stripeCount = 16
+    private let stripes: [Stripe]
+    let algorithm: JWTAlgorithm
+    private let material: JWTKey.Material
+
+    init(algorithm: JWTAlgorithm, material: JWTKey.Material) {
+        self.algorithm = algorithm
+        self.material = material
+        stripes = (0..<ContextPool.stripeCount).map { _ in Stripe() }
+    }
+
+    /// Verifies `signature` over `message` (signature length already checked by the caller).
+    func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
+        let stripe = stripes[ThreadStripe.index(ContextPool.stripeCount)]
+        let result = stripe.context.withLockIfAvailable { slot -> Bool? in
+            if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: material) }
+            guard let context = slot.context else { return nil }
+            return context.verify(message: message, signature: signature)
+        }
+        if let result, let result { return result }
+        // Busy stripe (or context creation failed): a one-off context.
+        guard let context = VerifyContext(algorithm: algorithm, material: material) else {
+            return NativeSignatures.verify(algorithm, key: material, message: message, signature: signature)
+        }
+        return context.verify(message: message, signature: signature)
+    }
+
+    private final class Stripe: Sendable {
+        let context = Mutex(Slot())
+        // Keeps neighbouring stripes' locks off this one's cache line.
+        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    }
+
+    struct Slot: ~Copyable {
+        var context: VerifyContext? = nil
+    }
+}
+
+/// Picks a stripe for the calling thread, so that threads mostly use different stripes.
+enum ThreadStripe {
+    /// An index in 0..<count (count a power of two).
+    @inline(__always)
+    static func index(_ count: Int) -> Int {
+        let thread = UInt(pthread_self())
+        // Thread control blocks are page-aligned-ish and spaced widely; mix the middle bits.
+        return Int(truncatingIfNeeded: (thread >> 12) ^ (thread >> 21) ^ (thread >> 30)) & (count - 1)
+    }
+}
+
+/// Digests fetched once per process (an implicit fetch on every call costs a lookup).
+enum Digests {
+    // `@unchecked Sendable`-free: OpaquePointer values are only passed to OpenSSL, which treats
+    // fetched EVP_MD objects as immutable and thread-safe.
+    nonisolated(unsafe) static let sha256 = EVP_MD_fetch(nil, "SHA256", nil)
+    nonisolated(unsafe) static let sha384 = EVP_MD_fetch(nil, "SHA384", nil)
+    nonisolated(unsafe) static let sha512 = EVP_MD_fetch(nil, "SHA512", nil)
+
+    static func forAlgorithm(_ algorithm: JWTAlgorithm) -> OpaquePointer? {
+        switch algorithm.hashLength {
+        case 32: sha256
+        case 48: sha384
+        default: sha512
+        }
+    }
+}
+
+/// One ready-to-use verification context.
+///
+/// `@unchecked Sendable` is safe: a context is only ever used by the thread that holds its
+/// stripe's mutex, or by the one call that created it as a one-off.
+final class VerifyContext: @unchecked Sendable {
+    private enum Kind {
+        case hmac(UnsafeMutableRawPointer)  // HMAC_CTX, pre-keyed
+        case digestThenVerify(OpaquePointer)  // EVP_PKEY_CTX, verify-initialised (RSA, PSS, ECDSA)
+        case eddsa(OpaquePointer, PKey)  // EVP_MD_CTX, re-initialised per call
+    }
+
+    private let kind: Kind
+    private let algorithm: JWTAlgorithm
+
+    init?(algorithm: JWTAlgorithm, material: JWTKey.Material) {
+        self.algorithm = algorithm
+        switch material {
+        case .secret(let secret):
+            guard algorithm.family == .hmac, let md = Digests.forAlgorithm(algorithm) else { return nil }
+            guard let ctx = tt_hmac_new(secret.bytes.baseAddress, Int32(secret.count), md) else {
+                OpenSSLError.clear()
+                return nil
+            }
+            kind = .hmac(ctx)
+        case .pkey(let pkey):
+            if algorithm == .eddsa {
+                guard let ctx = EVP_MD_CTX_new() else { return nil }
+                kind = .eddsa(ctx, pkey)
+                return
+            }
+            guard let ctx = EVP_PKEY_CTX_new_from_pkey(nil, pkey.pointer, nil) else { return nil }
+            var ok = EVP_PKEY_verify_init(ctx) == 1
+            switch algorithm.family {
+            case .rsa:
+                ok = ok && EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PADDING) == 1
+            case .rsaPSS:
+                ok = ok && EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PSS_PADDING) == 1
+                    && EVP_PKEY_CTX_set_rsa_pss_saltlen(ctx, RSA_PSS_SALTLEN_DIGEST) == 1
+            default:
+                break
+            }
+            ok = ok && EVP_PKEY_CTX_set_signature_md(ctx, Digests.forAlgorithm(algorithm)) == 1
+            if algorithm.family == .rsaPSS {
+                ok = ok && EVP_PKEY_CTX_set_rsa_mgf1_md(ctx, Digests.forAlgorithm(algorithm)) == 1
+            }
+            guard ok else {
+                EVP_PKEY_CTX_free(ctx)
+                OpenSSLError.clear()
+                return nil
+            }
+            kind = .digestThenVerify(ctx)
+        }
+    }
+
+    deinit {
+        switch kind {
+        case .hmac(let ctx): tt_hmac_free(ctx)
+        case .digestThenVerify(let ctx): EVP_PKEY_CTX_free(ctx)
+        case .eddsa(let ctx, _): EVP_MD_CTX_free(ctx)
+        }
+    }
+
+    func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
+        let input = message.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        let sig = signature.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        switch kind {
+        case .hmac(let ctx):
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out -> Bool in
+                var length: UInt32 = 0
+                guard let base = out.baseAddress, tt_hmac_compute(ctx, input, message.count, base, &length) == 1,
+                    Int(length) == signature.count, let sig
+                else {
+                    OpenSSLError.clear()
+                    return false
+                }
+                return CRYPTO_memcmp(base, sig, Int(length)) == 0
+            }
+        case .eddsa(let ctx, let pkey):
+            guard EVP_DigestVerifyInit_ex(ctx, nil, nil, nil, nil, pkey.pointer, nil) == 1 else {
+                OpenSSLError.clear()
+                return false
+            }
+            let ok = EVP_DigestVerify(ctx, sig, signature.count, input, message.count) == 1
+            if !ok { OpenSSLError.clear() }
+            return ok
+        case .digestThenVerify(let ctx):
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { digest -> Bool in
+                var length: UInt32 = 0
+                guard let base = digest.baseAddress,
+                    EVP_Digest(input, message.count, base, &length, Digests.forAlgorithm(algorithm), nil) == 1
+                else {
+                    OpenSSLError.clear()
+                    return false
+                }
+                let ok: Bool
+                if algorithm.family == .ecdsa, let curve = algorithm.curve {
+                    guard let der = ECDSASignature.derFromRaw(signature, coordinateLength: curve.coordinateLength) else { return false }
+                    ok = der.withUnsafeBufferPointer { EVP_PKEY_verify(ctx, $0.baseAddress, $0.count, base, Int(length)) } == 1
+                } else {
+                    ok = EVP_PKEY_verify(ctx, sig, signature.count, base, Int(length)) == 1
+                }
+                if !ok { OpenSSLError.clear() }
+                return ok
+            }
+        }
+    }
+}
