@@ -49,6 +49,8 @@ struct TokenBench: AsyncParsableCommand {
         print("tokenbench: \(seconds) s × \(reps) repetitions per row; \(cores) cores; \(Workload.tokenCount) tokens per algorithm")
         print(Row.header)
         for algorithm in [JWTAlgorithm.rs256, .hs256, .es256, .eddsa] {
+            let names = ["openssl-raw.limit.\(algorithm)"] + JWTVerifier.Engine.allCases.map { "tokenkit.\($0.rawValue).\(algorithm)" }
+            if let filter, !names.contains(where: { $0.contains(filter) }) { continue }
             let workload = try Workload(algorithm)
             let limit = try workload.rawLimit()
             var candidates: [(String, (Int) -> Bool)] = [("openssl-raw.limit.\(algorithm)", limit.verify)]

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The hot path's payload reader: validates a *simple* JWT payload strictly and extracts the
 /// registered claims without building a dictionary.
 ///
@@ -119,16 +123,20 @@ enum FastPayload {
         mutating func string() -> Range<Int>? {
             guard take(UInt8(ascii: "\"")) else { return nil }
             let start = position
-            while position < input.count {
-                let c = input[position]
-                if c == UInt8(ascii: "\"") {
-                    position += 1
-                    return start..<(position - 1)
-                }
-                guard c >= 0x20, c < 0x7F, c != UInt8(ascii: "\\") else { return nil }
-                position += 1
+            guard let base = input.baseAddress,
+                let quote = memchr(base + start, Int32(UInt8(ascii: "\"")), input.count - start)
+            else { return nil }
+            let end = base.distance(to: UnsafeRawPointer(quote))
+            // Every byte before the quote must be printable ASCII and not a backslash.
+            let bytes = base.assumingMemoryBound(to: UInt8.self)
+            var bad: UInt8 = 0
+            for i in start..<end {
+                let c = bytes[i]
+                bad |= (c &- 0x20) & 0x80 | c & 0x80 | (c == 0x5C || c == 0x7F ? 0x80 : 0)
             }
-            return nil
+            guard bad == 0 else { return nil }
+            position = end + 1
+            return start..<end
         }
 
         mutating func number() -> Range<Int>? {

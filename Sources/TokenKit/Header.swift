@@ -1,30 +1,32 @@
 /// A JWS protected header, checked: `alg` is a supported algorithm, member types are right, and
 /// `crit` lists only extensions the verifier understands.
 public struct JOSEHeader: Sendable {
+    private let storage: JOSEHeaderStorage
+
     /// `alg`, exactly as a supported algorithm name.
-    public let algorithm: JWTAlgorithm
+    public var algorithm: JWTAlgorithm { storage.algorithm }
     /// `kid`, if present.
-    public let keyID: String?
+    public var keyID: String? { storage.keyID }
     /// `typ`, if present (e.g. `JWT`).
-    public let type: String?
+    public var type: String? { storage.type }
     /// `cty`, if present.
-    public let contentType: String?
+    public var contentType: String? { storage.contentType }
     /// `crit`, if present (every entry understood by the verifier that accepted it).
-    public let critical: [String]
+    public var critical: [String] { storage.critical }
     /// Every member of the header, as parsed.
-    public let members: [String: JSONValue]
+    public var members: [String: JSONValue] { storage.members }
 
     /// Header parameters registered by RFC 7515 §4.1; `crit` must not list these.
     static let registered: Set<String> = ["alg", "jku", "jwk", "kid", "x5u", "x5c", "x5t", "x5t#S256", "typ", "cty", "crit"]
 
     init(members: [String: JSONValue], understoodCritical: Set<String>) throws(TokenError) {
-        self.members = members
         guard let algValue = members["alg"] else { throw TokenError(.invalidHeader, "the header has no \"alg\"") }
         guard case .string(let alg) = algValue else { throw TokenError(.invalidHeader, "the header's \"alg\" is not a string") }
-        algorithm = try JOSEHeader.algorithm(named: alg)
-        keyID = try JOSEHeader.optionalString(members, "kid")
-        type = try JOSEHeader.optionalString(members, "typ")
-        contentType = try JOSEHeader.optionalString(members, "cty")
+        let algorithm = try JOSEHeader.algorithm(named: alg)
+        let keyID = try JOSEHeader.optionalString(members, "kid")
+        let type = try JOSEHeader.optionalString(members, "typ")
+        let contentType = try JOSEHeader.optionalString(members, "cty")
+        var critical: [String] = []
         if let b64 = members["b64"], b64 != .bool(true) {
             throw TokenError(.invalidHeader, "unencoded payloads (\"b64\": false, RFC 7797) are not supported")
         }
@@ -48,9 +50,8 @@ public struct JOSEHeader: Sendable {
                 names.append(name)
             }
             critical = names
-        } else {
-            critical = []
         }
+        storage = JOSEHeaderStorage(algorithm: algorithm, keyID: keyID, type: type, contentType: contentType, critical: critical, members: members)
     }
 
     /// Maps an `alg` value to an algorithm: exact, case-sensitive names only; `none` in any
@@ -84,3 +85,24 @@ extension String {
         return String(out)
     }
 }
+
+/// One immutable object holds the fields, so a header (shared by a verifier's header cache
+/// and every token it verifies) copies with one reference-count operation.
+final class JOSEHeaderStorage: Sendable {
+    let algorithm: JWTAlgorithm
+    let keyID: String?
+    let type: String?
+    let contentType: String?
+    let critical: [String]
+    let members: [String: JSONValue]
+
+    init(algorithm: JWTAlgorithm, keyID: String?, type: String?, contentType: String?, critical: [String], members: [String: JSONValue]) {
+        self.algorithm = algorithm
+        self.keyID = keyID
+        self.type = type
+        self.contentType = contentType
+        self.critical = critical
+        self.members = members
+    }
+}
+

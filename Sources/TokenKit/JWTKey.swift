@@ -53,34 +53,31 @@ public struct JWTKey: Sendable, CustomStringConvertible {
         case secret(SecretBytes)
     }
 
-    public let type: KeyType
-    /// True when the key holds private material (or is an HMAC secret) and can sign.
-    public let isPrivate: Bool
-    /// The algorithms this key may verify and sign. Never empty.
-    public let algorithms: Set<JWTAlgorithm>
-    /// Key ID (`kid`), matched exactly against a token header's `kid`.
-    public let kid: String?
-    /// JWK `use`, when the key came with one (`sig` or `enc`).
-    public let use: String?
-    /// JWK `key_ops`, when the key came with them.
-    public let keyOperations: [String]?
+    let storage: JWTKeyStorage
 
-    let material: Material
+    public var type: KeyType { storage.type }
+    /// True when the key holds private material (or is an HMAC secret) and can sign.
+    public var isPrivate: Bool { storage.isPrivate }
+    /// The algorithms this key may verify and sign. Never empty.
+    public var algorithms: Set<JWTAlgorithm> { storage.algorithms }
+    /// Key ID (`kid`), matched exactly against a token header's `kid`.
+    public var kid: String? { storage.kid }
+    /// JWK `use`, when the key came with one (`sig` or `enc`).
+    public var use: String? { storage.use }
+    /// JWK `key_ops`, when the key came with them.
+    public var keyOperations: [String]? { storage.keyOperations }
+
+    var material: Material { storage.material }
 
     init(
         material: Material, type: KeyType, isPrivate: Bool, algorithms: Set<JWTAlgorithm>?, kid: String?,
         use: String? = nil, keyOperations: [String]? = nil
     ) throws(TokenError) {
-        self.material = material
-        self.type = type
-        self.isPrivate = isPrivate
-        self.kid = kid
-        self.use = use
-        self.keyOperations = keyOperations
         let chosen = algorithms ?? JWTKey.defaultAlgorithms(for: type)
         guard !chosen.isEmpty else { throw TokenError(.invalidKey, "a key needs at least one algorithm") }
         for algorithm in chosen { try JWTKey.check(algorithm, fits: type) }
-        self.algorithms = chosen
+        storage = JWTKeyStorage(
+            type: type, isPrivate: isPrivate, algorithms: chosen, kid: kid, use: use, keyOperations: keyOperations, material: material)
     }
 
     public var description: String {
@@ -314,5 +311,30 @@ enum RocaCheck {
             if !subgroups[i].contains(r) { return false }
         }
         return true
+    }
+}
+
+/// All of a key's fields live in one immutable object, so copying a key (into a verifier entry,
+/// a verified token) costs one reference-count operation.
+final class JWTKeyStorage: Sendable {
+    let type: JWTKey.KeyType
+    let isPrivate: Bool
+    let algorithms: Set<JWTAlgorithm>
+    let kid: String?
+    let use: String?
+    let keyOperations: [String]?
+    let material: JWTKey.Material
+
+    init(
+        type: JWTKey.KeyType, isPrivate: Bool, algorithms: Set<JWTAlgorithm>, kid: String?, use: String?,
+        keyOperations: [String]?, material: JWTKey.Material
+    ) {
+        self.type = type
+        self.isPrivate = isPrivate
+        self.algorithms = algorithms
+        self.kid = kid
+        self.use = use
+        self.keyOperations = keyOperations
+        self.material = material
     }
 }

@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A JWS whose signature verified: header and raw payload bytes (any payload, not only JSON).
 public struct VerifiedJWS: Sendable {
     public let header: JOSEHeader
@@ -292,15 +296,15 @@ struct CompactJWS {
     let signingInput: UnsafeRawBufferPointer
 
     static func split(_ token: UnsafeRawBufferPointer) throws(TokenError) -> CompactJWS {
-        var dots: [Int] = []
-        for i in 0..<token.count where token[i] == UInt8(ascii: ".") {
-            dots.append(i)
-            if dots.count > 2 { break }
+        func dot(after start: Int) -> Int? {
+            guard start < token.count, let base = token.baseAddress,
+                let found = memchr(base + start, Int32(UInt8(ascii: ".")), token.count - start)
+            else { return nil }
+            return base.distance(to: UnsafeRawPointer(found))
         }
-        guard dots.count == 2 else {
-            throw TokenError(.malformed, "a compact JWS has exactly three dot-separated segments; this has \(dots.count > 2 ? "more than three" : String(dots.count + 1))")
+        guard let first = dot(after: 0), let second = dot(after: first + 1), dot(after: second + 1) == nil else {
+            throw TokenError(.malformed, "a compact JWS has exactly three dot-separated segments")
         }
-        let first = dots[0], second = dots[1]
         guard first > 0 else { throw TokenError(.malformed, "the header segment is empty") }
         return CompactJWS(
             header: UnsafeRawBufferPointer(rebasing: token[0..<first]),
