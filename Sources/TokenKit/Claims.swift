@@ -8,50 +8,105 @@ public struct RegisteredClaims: Sendable, Hashable {
     /// Latest NumericDate accepted: 9999-12-31T23:59:59Z. Larger values are refused as invalid.
     public static let maximumDate: NumericDate = 253_402_300_799
 
-    public let issuer: String?
-    public let subject: String?
-    /// `aud`, normalised to an array (a single string becomes one element).
-    public let audience: [String]?
+    /// A claim string, kept as a range of the payload's bytes until someone asks for it (the
+    /// hot path reads `iss`, `sub`, `jti` without allocating). Ranges are used only for
+    /// escape-free printable ASCII, so the bytes are the string.
+    enum Text: Sendable {
+        case string(String)
+        case range(Int, Int)
+    }
+
+    private let source: [UInt8]
+    private let iss: Text?
+    private let sub: Text?
+    private let jti: Text?
+    private let aud: [Text]?
     public let expiration: NumericDate?
     public let notBefore: NumericDate?
     public let issuedAt: NumericDate?
-    public let id: String?
+
+    public var issuer: String? { iss.map(resolve) }
+    public var subject: String? { sub.map(resolve) }
+    /// `aud`, normalised to an array (a single string becomes one element).
+    public var audience: [String]? { aud.map { $0.map(resolve) } }
+    public var id: String? { jti.map(resolve) }
 
     public var expirationDate: Date? { expiration.map { Date(timeIntervalSince1970: $0) } }
     public var issuedAtDate: Date? { issuedAt.map { Date(timeIntervalSince1970: $0) } }
     public var notBeforeDate: Date? { notBefore.map { Date(timeIntervalSince1970: $0) } }
 
+    private func resolve(_ text: Text) -> String {
+        switch text {
+        case .string(let s): s
+        case .range(let start, let end): String(decoding: source[start..<end], as: UTF8.self)
+        }
+    }
+
+    /// Whether a claim equals one of `candidates`, without building a String from a range.
+    private func text(_ text: Text, isIn candidates: Set<String>) -> Bool {
+        switch text {
+        case .string(let s):
+            return candidates.contains(s)
+        case .range(let start, let end):
+            for candidate in candidates where candidate.utf8.count == end - start {
+                if candidate.utf8.elementsEqual(source[start..<end]) { return true }
+            }
+            return false
+        }
+    }
+
+    func issuer(isIn candidates: Set<String>) -> Bool { iss.map { text($0, isIn: candidates) } ?? false }
+    func audience(intersects candidates: Set<String>) -> Bool { aud?.contains { text($0, isIn: candidates) } ?? false }
+
+    public static func == (a: RegisteredClaims, b: RegisteredClaims) -> Bool {
+        a.issuer == b.issuer && a.subject == b.subject && a.audience == b.audience && a.id == b.id
+            && a.expiration == b.expiration && a.notBefore == b.notBefore && a.issuedAt == b.issuedAt
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(issuer)
+        hasher.combine(subject)
+        hasher.combine(audience)
+        hasher.combine(id)
+        hasher.combine(expiration)
+        hasher.combine(notBefore)
+        hasher.combine(issuedAt)
+    }
+
+    /// Claims whose strings are ranges of `source` (the fast payload reader).
     init(
-        issuer: String?, subject: String?, audience: [String]?, expiration: NumericDate?, notBefore: NumericDate?,
-        issuedAt: NumericDate?, id: String?
+        source: [UInt8], iss: Range<Int>?, sub: Range<Int>?, aud: Range<Int>?, jti: Range<Int>?, expiration: NumericDate?,
+        notBefore: NumericDate?, issuedAt: NumericDate?
     ) {
-        self.issuer = issuer
-        self.subject = subject
-        self.audience = audience
+        self.source = source
+        self.iss = iss.map { .range($0.lowerBound, $0.upperBound) }
+        self.sub = sub.map { .range($0.lowerBound, $0.upperBound) }
+        self.aud = aud.map { [.range($0.lowerBound, $0.upperBound)] }
+        self.jti = jti.map { .range($0.lowerBound, $0.upperBound) }
         self.expiration = expiration
         self.notBefore = notBefore
         self.issuedAt = issuedAt
-        self.id = id
     }
 
     /// Reads and type-checks the registered claims of a payload.
     public init(payload: [String: JSONValue]) throws(TokenError) {
-        issuer = try RegisteredClaims.string(payload, "iss")
-        subject = try RegisteredClaims.string(payload, "sub")
-        id = try RegisteredClaims.string(payload, "jti")
+        source = []
+        iss = try RegisteredClaims.string(payload, "iss").map { .string($0) }
+        sub = try RegisteredClaims.string(payload, "sub").map { .string($0) }
+        jti = try RegisteredClaims.string(payload, "jti").map { .string($0) }
         expiration = try RegisteredClaims.date(payload, "exp")
         notBefore = try RegisteredClaims.date(payload, "nbf")
         issuedAt = try RegisteredClaims.date(payload, "iat")
         switch payload["aud"] {
-        case nil: audience = nil
-        case .string(let s)?: audience = [s]
+        case nil: aud = nil
+        case .string(let s)?: aud = [.string(s)]
         case .array(let items)?:
-            var out: [String] = []
+            var out: [Text] = []
             for item in items {
                 guard case .string(let s) = item else { throw TokenError(.invalidClaim, "\"aud\" must be a string or an array of strings") }
-                out.append(s)
+                out.append(.string(s))
             }
-            audience = out
+            aud = out
         default:
             throw TokenError(.invalidClaim, "\"aud\" must be a string or an array of strings")
         }
@@ -153,13 +208,13 @@ public struct ClaimsPolicy: Sendable {
         }
         if !issuers.isEmpty {
             guard let iss = claims.issuer else { throw TokenError(.missingClaim, "the token has no \"iss\"") }
-            guard issuers.contains(iss) else {
+            guard claims.issuer(isIn: issuers) else {
                 throw TokenError(.issuerMismatch, "issuer \"\(JSONParser.printable(iss))\" is not accepted")
             }
         }
         if !audiences.isEmpty {
             guard let aud = claims.audience else { throw TokenError(.missingClaim, "the token has no \"aud\"") }
-            guard aud.contains(where: audiences.contains) else {
+            guard claims.audience(intersects: audiences) else {
                 throw TokenError(.audienceMismatch, "the token's audience \(aud.map { "\"\(JSONParser.printable($0))\"" }.joined(separator: ", ")) names none of the accepted ones")
             }
         } else if let aud = claims.audience, !ignoresAudience {

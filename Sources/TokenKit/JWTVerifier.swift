@@ -146,7 +146,7 @@ public struct JWTVerifier: Sendable {
     public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
         let jws = try verifySignature(token)
         let required = policy.requiredClaims
-        let fast = jws.payload.withUnsafeBytes { FastPayload.scan($0, required: required) }
+        let fast = FastPayload.scan(jws.payload, required: required)
         let claims: RegisteredClaims
         if let fast, fast.hasRequired {
             claims = fast.claims
