@@ -49,7 +49,8 @@ struct TokenBench: AsyncParsableCommand {
         print("tokenbench: \(seconds) s × \(reps) repetitions per row; \(cores) cores; \(Workload.tokenCount) tokens per algorithm")
         print(Row.header)
         for algorithm in [JWTAlgorithm.rs256, .hs256, .es256, .eddsa] {
-            let names = ["openssl-raw.limit.\(algorithm)"] + JWTVerifier.Engine.allCases.map { "tokenkit.\($0.rawValue).\(algorithm)" }
+            let names = ["openssl-raw.limit.\(algorithm)", "tokenkit.native.\(algorithm).cache-hit"]
+                + JWTVerifier.Engine.allCases.map { "tokenkit.\($0.rawValue).\(algorithm)" }
             if let filter, !names.contains(where: { $0.contains(filter) }) { continue }
             let workload = try Workload(algorithm)
             let limit = try workload.rawLimit()
@@ -59,6 +60,11 @@ struct TokenBench: AsyncParsableCommand {
                 let tokens = workload.tokens
                 candidates.append(("tokenkit.\(engine.rawValue).\(algorithm)", { i in (try? verifier.verify(tokens[i])) != nil }))
             }
+            // The verified-token cache: every token seen before, so each call is a hit that still
+            // runs the claims policy.
+            let cached = try workload.verifier(engine: .native, cache: VerifiedTokenCache(capacity: 2 * Workload.tokenCount))
+            let cachedTokens = workload.tokens
+            candidates.append(("tokenkit.native.\(algorithm).cache-hit", { i in (try? cached.verify(cachedTokens[i])) != nil }))
             var limitRate: Double? = nil
             for (name, body) in candidates {
                 if let filter, !name.contains(filter) { continue }

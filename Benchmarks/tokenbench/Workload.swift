@@ -26,8 +26,8 @@ struct Workload {
         }
     }
 
-    func verifier(engine: JWTVerifier.Engine) throws -> JWTVerifier {
-        try JWTVerifier(key: key.publicKey, policy: policy, engine: engine)
+    func verifier(engine: JWTVerifier.Engine, cache: VerifiedTokenCache? = nil) throws -> JWTVerifier {
+        try JWTVerifier(key: key.publicKey, policy: policy, engine: engine, cache: cache)
     }
 
     func rawLimit() throws -> RawLimit {
@@ -56,7 +56,8 @@ struct Workload {
             if raw.verify(0) { throw BenchError("\(name): accepted a tampered signature") }
         } else {
             let engine: JWTVerifier.Engine = name.contains("libjwt") ? .libjwt : .native
-            if (try? tampered.verifier(engine: engine).verify(tampered.tokens[0])) != nil {
+            let cache = name.contains("cache") ? VerifiedTokenCache() : nil
+            if (try? tampered.verifier(engine: engine, cache: cache).verify(tampered.tokens[0])) != nil {
                 throw BenchError("\(name): accepted a tampered signature")
             }
         }

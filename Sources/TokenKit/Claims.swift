@@ -1,5 +1,9 @@
 public import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A NumericDate (RFC 7519 §2): seconds since the Unix epoch, fractions allowed.
 public typealias NumericDate = Double
 
@@ -48,10 +52,15 @@ public struct RegisteredClaims: Sendable, Hashable {
         case .string(let s):
             return candidates.contains(s)
         case .range(let start, let end):
-            for candidate in candidates where candidate.utf8.count == end - start {
-                if candidate.utf8.elementsEqual(source[start..<end]) { return true }
+            return source.withUnsafeBytes { bytes -> Bool in
+                guard let base = bytes.baseAddress else { return false }
+                for candidate in candidates where candidate.utf8.count == end - start {
+                    var c = candidate
+                    let same = c.withUTF8 { u in u.baseAddress.map { memcmp($0, base + start, end - start) == 0 } ?? (end == start) }
+                    if same { return true }
+                }
+                return false
             }
-            return false
         }
     }
 

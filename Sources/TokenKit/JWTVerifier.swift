@@ -92,11 +92,15 @@ public struct JWTVerifier: Sendable {
     private let entries: [Entry]
     private let byKid: [String: Int]
     private let headerCache = HeaderCache()
+    private let tokenCache: TokenCache?
+
+    /// Number of tokens in the verified-token cache (0 without one).
+    public var cachedTokenCount: Int { tokenCache?.count ?? 0 }
 
     /// A verifier over several keys. Keys must have distinct `kid`s.
     public init(
         keys: [JWTKey], policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
-        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024, cache: VerifiedTokenCache? = nil
     ) throws(TokenError) {
         guard !keys.isEmpty else { throw TokenError(.invalidKeySet, "a verifier needs at least one key") }
         var byKid: [String: Int] = [:]
@@ -122,28 +126,48 @@ public struct JWTVerifier: Sendable {
         self.engine = engine
         self.clock = clock
         self.maxTokenBytes = maxTokenBytes
+        self.tokenCache = cache.map(TokenCache.init)
     }
 
     /// A verifier over one key.
     public init(
         key: JWTKey, policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
-        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024, cache: VerifiedTokenCache? = nil
     ) throws(TokenError) {
-        try self.init(keys: [key], policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes)
+        try self.init(keys: [key], policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes, cache: cache)
     }
 
     /// A verifier over the keys of a JWK Set.
     public init(
         keySet: JWKSet, policy: ClaimsPolicy = ClaimsPolicy(), engine: Engine = .native,
-        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024
+        clock: VerificationClock = .system, maxTokenBytes: Int = 16 * 1024, cache: VerifiedTokenCache? = nil
     ) throws(TokenError) {
-        try self.init(keys: keySet.keys, policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes)
+        try self.init(keys: keySet.keys, policy: policy, engine: engine, clock: clock, maxTokenBytes: maxTokenBytes, cache: cache)
     }
 
     // MARK: Verification
 
-    /// Verifies a JWT: signature, then claims and policy.
+    /// Verifies a JWT: signature, then claims and policy. With a ``VerifiedTokenCache``, a token
+    /// seen before (byte for byte) skips the signature and parsing, but never the claims policy.
     public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
+        guard let tokenCache else { return try verifyUncached(token) }
+        if token.utf8.count <= maxTokenBytes,
+            let hit = try token.withUTF8Bytes({ bytes throws(TokenError) in tokenCache.lookup(bytes) })
+        {
+            do {
+                try policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
+                return hit
+            } catch {
+                try token.withUTF8Bytes { bytes throws(TokenError) in tokenCache.remove(bytes) }
+                throw error
+            }
+        }
+        let verified = try verifyUncached(token)
+        try token.withUTF8Bytes { bytes throws(TokenError) in tokenCache.insert(bytes, verified) }
+        return verified
+    }
+
+    private func verifyUncached(_ token: String) throws(TokenError) -> VerifiedToken {
         let jws = try verifySignature(token)
         let required = policy.requiredClaims
         let fast = FastPayload.scan(jws.payload, required: required)
