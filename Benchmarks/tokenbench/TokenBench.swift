@@ -65,14 +65,17 @@ struct TokenBench: AsyncParsableCommand {
             let cached = try workload.verifier(engine: .native, cache: VerifiedTokenCache(capacity: 2 * Workload.tokenCount))
             let cachedTokens = workload.tokens
             candidates.append(("tokenkit.native.\(algorithm).cache-hit", { i in (try? cached.verify(cachedTokens[i])) != nil }))
-            var limitRate: Double? = nil
+            let limitBody = candidates[0].1
             for (name, body) in candidates {
                 if let filter, !name.contains(filter) { continue }
                 try workload.check(name: name, body)
                 let m = measure(count: workload.tokens.count, seconds: seconds, reps: reps, body)
-                if name.hasPrefix("openssl-raw") { limitRate = m.tokensPerSecond }
+                let isLimit = name.hasPrefix("openssl-raw")
+                // The ratio comes from a paired run: the row and the limit alternate in short
+                // slices, so a noisy neighbour or a clock change hits both alike.
+                let ratio = isLimit ? 1 : pairedRatio(count: workload.tokens.count, seconds: seconds * Double(reps), candidate: body, limit: limitBody)
                 let allocations = name.hasPrefix("tokenkit") ? allocationsPerCall(count: workload.tokens.count, body) : nil
-                let row = Row(name: name, algorithm: algorithm, measurement: m, limit: limitRate, allocations: allocations)
+                let row = Row(name: name, algorithm: algorithm, measurement: m, ratio: ratio, allocations: allocations)
                 print(row.line)
                 rows.append(row)
             }
@@ -95,6 +98,24 @@ struct TokenBench: AsyncParsableCommand {
         if let json { try Report.write(rows: rows, scaling: scaling, seconds: seconds, reps: reps, to: json) }
     }
 
+    /// Throughput ratio candidate/limit from 20 alternating slices totalling `seconds`.
+    func pairedRatio(count: Int, seconds: Double, candidate: (Int) -> Bool, limit: (Int) -> Bool) -> Double {
+        let slices = 20
+        let slice = seconds / Double(slices)
+        var candidateRate = 0.0, limitRate = 0.0
+        for s in 0..<slices {
+            // Alternate which goes first, so neither always follows the other.
+            if s % 2 == 0 {
+                limitRate += measure(count: count, seconds: slice / 2, reps: 1, limit).tokensPerSecond
+                candidateRate += measure(count: count, seconds: slice / 2, reps: 1, candidate).tokensPerSecond
+            } else {
+                candidateRate += measure(count: count, seconds: slice / 2, reps: 1, candidate).tokensPerSecond
+                limitRate += measure(count: count, seconds: slice / 2, reps: 1, limit).tokensPerSecond
+            }
+        }
+        return candidateRate / limitRate
+    }
+
     /// Heap allocations per call on this thread, over one pass of the batch.
     func allocationsPerCall(count: Int, _ body: (Int) -> Bool) -> Double {
         for i in 0..<count { _ = body(i) }  // warm caches first
@@ -110,10 +131,8 @@ struct Row {
     let name: String
     let algorithm: JWTAlgorithm
     let measurement: Measurement
-    let limit: Double?
+    let ratio: Double?
     let allocations: Double?
-
-    var ratio: Double? { limit.map { measurement.tokensPerSecond / $0 } }
 
     static let header = "row".padding(toLength: 34, withPad: " ", startingAt: 0) + "    tokens/s   ns/token  ratio-to-limit  allocs/verify"
 
