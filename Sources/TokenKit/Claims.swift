@@ -64,6 +64,8 @@ public struct RegisteredClaims: Sendable, Hashable {
         }
     }
 
+    var hasIssuer: Bool { iss != nil }
+
     func issuer(isIn candidates: Set<String>) -> Bool { iss.map { text($0, isIn: candidates) } ?? false }
     func audience(intersects candidates: Set<String>) -> Bool { aud?.contains { text($0, isIn: candidates) } ?? false }
 
@@ -216,9 +218,9 @@ public struct ClaimsPolicy: Sendable {
             }
         }
         if !issuers.isEmpty {
-            guard let iss = claims.issuer else { throw TokenError(.missingClaim, "the token has no \"iss\"") }
+            guard claims.hasIssuer else { throw TokenError(.missingClaim, "the token has no \"iss\"") }
             guard claims.issuer(isIn: issuers) else {
-                throw TokenError(.issuerMismatch, "issuer \"\(JSONParser.printable(iss))\" is not accepted")
+                throw TokenError(.issuerMismatch, "issuer \"\(JSONParser.printable(claims.issuer ?? ""))\" is not accepted")
             }
         }
         if !audiences.isEmpty {
