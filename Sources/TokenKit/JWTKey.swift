@@ -323,7 +323,17 @@ final class JWTKeyStorage: Sendable {
     let kid: String?
     let use: String?
     let keyOperations: [String]?
-    let material: JWTKey.Material
+    // The key object is stored as two optionals rather than as the `Material` enum: a
+    // multi-payload enum keeps tag bits inside the pointer, which leak checkers (LeakSanitizer,
+    // valgrind) cannot follow, so they would report every HMAC secret as leaked.
+    private let pkey: PKey?
+    private let secret: SecretBytes?
+
+    var material: JWTKey.Material {
+        if let pkey { return .pkey(pkey) }
+        if let secret { return .secret(secret) }
+        preconditionFailure("a key always holds a PKey or a secret")
+    }
 
     init(
         type: JWTKey.KeyType, isPrivate: Bool, algorithms: Set<JWTAlgorithm>, kid: String?, use: String?,
@@ -335,6 +345,13 @@ final class JWTKeyStorage: Sendable {
         self.kid = kid
         self.use = use
         self.keyOperations = keyOperations
-        self.material = material
+        switch material {
+        case .pkey(let key):
+            pkey = key
+            secret = nil
+        case .secret(let bytes):
+            pkey = nil
+            secret = bytes
+        }
     }
 }

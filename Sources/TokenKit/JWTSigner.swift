@@ -55,6 +55,13 @@ public struct JWTSigner: Sendable {
         return try signJWS(payload: Array(data), header: extra)
     }
 
+    /// The signature over an exact signing input (`base64url(header) "." base64url(payload)`),
+    /// for callers that assemble the header themselves (tests, fuzzers, detached signatures).
+    /// ECDSA signatures are raw r‖s.
+    public func signature(forSigningInput input: [UInt8]) throws(TokenError) -> [UInt8] {
+        try NativeSignatures.sign(algorithm, key: key, message: input)
+    }
+
     /// Signs arbitrary payload bytes as a compact JWS.
     public func signJWS(payload: [UInt8], header extra: [String: JSONValue] = [:]) throws(TokenError) -> String {
         var header = extra

@@ -117,7 +117,7 @@ public struct JWTVerifier: Sendable {
                     handles[algorithm] = try LibJWTHandle(algorithm: algorithm, key: key)
                 }
             }
-            let pools = key.algorithms.map { ContextPool(algorithm: $0, material: key.material) }
+            let pools = key.algorithms.map { ContextPool(algorithm: $0, key: key) }
             entries.append(Entry(key: key, libjwt: handles, pools: pools))
         }
         self.entries = entries

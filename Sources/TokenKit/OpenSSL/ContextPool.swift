@@ -16,16 +16,17 @@ final class ContextPool: Sendable {
     private static let stripeCount = 16
     private let stripes: [Stripe]
     let algorithm: JWTAlgorithm
-    private let material: JWTKey.Material
+    private let key: JWTKeyStorage
 
-    init(algorithm: JWTAlgorithm, material: JWTKey.Material) {
+    init(algorithm: JWTAlgorithm, key: JWTKey) {
         self.algorithm = algorithm
-        self.material = material
+        self.key = key.storage
         stripes = (0..<ContextPool.stripeCount).map { _ in Stripe() }
     }
 
     /// Verifies `signature` over `message` (signature length already checked by the caller).
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
+        let material = key.material
         let stripe = stripes[ThreadStripe.index(ContextPool.stripeCount)]
         let result = stripe.context.withLockIfAvailable { slot -> Bool? in
             if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: material) }
@@ -84,13 +85,12 @@ enum Digests {
 /// `@unchecked Sendable` is safe: a context is only ever used by the thread that holds its
 /// stripe's mutex, or by the one call that created it as a one-off.
 final class VerifyContext: @unchecked Sendable {
-    private enum Kind {
-        case hmac(UnsafeMutableRawPointer)  // HMAC_CTX, pre-keyed
-        case digestThenVerify(OpaquePointer)  // EVP_PKEY_CTX, verify-initialised (RSA, PSS, ECDSA)
-        case eddsa(OpaquePointer, PKey)  // EVP_MD_CTX, re-initialised per call
-    }
-
-    private let kind: Kind
+    // Exactly one of these is set. Plain optionals, not an enum with payloads, so that leak
+    // checkers can follow the pointers (see JWTKeyStorage).
+    private var hmac: UnsafeMutableRawPointer? = nil  // HMAC_CTX, pre-keyed
+    private var pkeyContext: OpaquePointer? = nil  // EVP_PKEY_CTX, verify-initialised (RSA, PSS, ECDSA)
+    private var digestContext: OpaquePointer? = nil  // EVP_MD_CTX for EdDSA, re-initialised per call
+    private var eddsaKey: PKey? = nil
     private let algorithm: JWTAlgorithm
 
     init?(algorithm: JWTAlgorithm, material: JWTKey.Material) {
@@ -102,11 +102,12 @@ final class VerifyContext: @unchecked Sendable {
                 OpenSSLError.clear()
                 return nil
             }
-            kind = .hmac(ctx)
+            hmac = ctx
         case .pkey(let pkey):
             if algorithm == .eddsa {
                 guard let ctx = EVP_MD_CTX_new() else { return nil }
-                kind = .eddsa(ctx, pkey)
+                digestContext = ctx
+                eddsaKey = pkey
                 return
             }
             guard let ctx = EVP_PKEY_CTX_new_from_pkey(nil, pkey.pointer, nil) else { return nil }
@@ -129,23 +130,20 @@ final class VerifyContext: @unchecked Sendable {
                 OpenSSLError.clear()
                 return nil
             }
-            kind = .digestThenVerify(ctx)
+            pkeyContext = ctx
         }
     }
 
     deinit {
-        switch kind {
-        case .hmac(let ctx): tt_hmac_free(ctx)
-        case .digestThenVerify(let ctx): EVP_PKEY_CTX_free(ctx)
-        case .eddsa(let ctx, _): EVP_MD_CTX_free(ctx)
-        }
+        if let hmac { tt_hmac_free(hmac) }
+        if let pkeyContext { EVP_PKEY_CTX_free(pkeyContext) }
+        if let digestContext { EVP_MD_CTX_free(digestContext) }
     }
 
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
         let input = message.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let sig = signature.baseAddress?.assumingMemoryBound(to: UInt8.self)
-        switch kind {
-        case .hmac(let ctx):
+        if let ctx = hmac {
             return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out -> Bool in
                 var length: UInt32 = 0
                 guard let base = out.baseAddress, tt_hmac_compute(ctx, input, message.count, base, &length) == 1,
@@ -156,7 +154,8 @@ final class VerifyContext: @unchecked Sendable {
                 }
                 return CRYPTO_memcmp(base, sig, Int(length)) == 0
             }
-        case .eddsa(let ctx, let pkey):
+        }
+        if let ctx = digestContext, let pkey = eddsaKey {
             guard EVP_DigestVerifyInit_ex(ctx, nil, nil, nil, nil, pkey.pointer, nil) == 1 else {
                 OpenSSLError.clear()
                 return false
@@ -164,8 +163,9 @@ final class VerifyContext: @unchecked Sendable {
             let ok = EVP_DigestVerify(ctx, sig, signature.count, input, message.count) == 1
             if !ok { OpenSSLError.clear() }
             return ok
-        case .digestThenVerify(let ctx):
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { digest -> Bool in
+        }
+        guard let ctx = pkeyContext else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { digest -> Bool in
                 var length: UInt32 = 0
                 guard let base = digest.baseAddress,
                     EVP_Digest(input, message.count, base, &length, Digests.forAlgorithm(algorithm), nil) == 1
@@ -183,6 +183,5 @@ final class VerifyContext: @unchecked Sendable {
                 if !ok { OpenSSLError.clear() }
                 return ok
             }
-        }
     }
 }

@@ -1,0 +1,16 @@
+// swift-tools-version:6.1
+// libFuzzer targets for TokenKit. Build and run with ../scripts/fuzz.sh (it passes
+// -sanitize=fuzzer,address and -parse-as-library; libFuzzer provides main). A separate package so
+// that a plain `swift build` of tokentool never tries to link them without libFuzzer.
+import PackageDescription
+
+let package = Package(
+    name: "TokenKitFuzz",
+    dependencies: [.package(name: "tokentool", path: "..")],
+    targets: [
+        .executableTarget(name: "FuzzToken", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
+        .executableTarget(name: "FuzzJWK", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
+        .executableTarget(name: "FuzzKeyFile", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
+    ],
+    swiftLanguageModes: [.v6]
+)

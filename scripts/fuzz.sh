@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds TokenKit's libFuzzer targets (Fuzz/) with -sanitize=fuzzer,address and runs each for
+# SECONDS (default 60), seeded from TestVectors. Findings (crash-*, leak-*, timeout-*) land in
+# fuzz-out/<target>/; turn each into a regression test. Usage: scripts/fuzz.sh [SECONDS] [TARGET…]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(FuzzToken FuzzJWK FuzzKeyFile)
+
+swift build --package-path Fuzz -c release --build-path .build-fuzz \
+    --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library >/dev/null
+
+seed() {  # seed DIR FILE…: one file per input line or whole file
+    local dir=$1; shift
+    mkdir -p "$dir"
+    local n=0
+    for f in "$@"; do cp "$f" "$dir/seed-$n"; n=$((n + 1)); done
+}
+work=fuzz-out
+mkdir -p "$work"
+# FuzzToken: first byte 0 = a token as is, 1 = "header\npayload" to be signed.
+mkdir -p "$work/FuzzToken/corpus"
+i=0
+head -20 TestVectors/peers/rs256_tokens.txt | while read -r t; do printf '\0%s' "$t" > "$work/FuzzToken/corpus/tok-$i"; i=$((i + 1)); done
+cut -f4 TestVectors/peers/cases.tsv | while read -r t; do printf '\0%s' "$t" > "$work/FuzzToken/corpus/case-$RANDOM"; done
+printf '\1{"alg":"HS256","typ":"JWT"}\n{"iss":"i","sub":"s","exp":1700000100,"iat":1699999999,"aud":["a","b"],"x":[1,2.5e3,null,true]}' > "$work/FuzzToken/corpus/signed-0"
+printf '\1{"alg":"HS256","crit":["b64"],"b64":false}\n{"sub":"\\u00e9"}' > "$work/FuzzToken/corpus/signed-1"
+seed "$work/FuzzJWK/corpus" TestVectors/jose/latchset/*.jwk TestVectors/jose/latchset/*.jwkset
+seed "$work/FuzzKeyFile/corpus" TestVectors/peers/*.pem
+
+for target in "${targets[@]}"; do
+    mkdir -p "$work/$target/findings"
+    echo "== $target: ${seconds}s"
+    (cd "$work/$target/findings" && "../../../.build-fuzz/release/$target" ../corpus \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -12)
+done
