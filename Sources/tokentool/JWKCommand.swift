@@ -33,8 +33,11 @@ struct JWKCommand: ParsableCommand {
     @Option(help: "alg to bind the key to (and put in the JWK).")
     var alg: JWTAlgorithm?
 
+    @Flag(help: "Read a private key or secret file even if group or others can read it.")
+    var allowInsecureKeyFile = false
+
     func run() throws {
-        let keys = try Input.keys(path: file, algorithms: alg.map { [$0] }, kid: kid)
+        let keys = try Input.keys(path: file, algorithms: alg.map { [$0] }, kid: kid, allowInsecure: allowInsecureKeyFile)
         let bytes = try Input.read(file)
         let isJSON = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("{")
         for key in keys {

@@ -54,6 +54,9 @@ struct Sign: ParsableCommand {
     @Flag(help: "Do not add \"iat\".")
     var noIat = false
 
+    @Flag(help: "Read a private key or secret file even if group or others can read it.")
+    var allowInsecureKeyFile = false
+
     func validate() throws {
         if (key == nil) == (secretFile == nil) { throw ValidationError("give exactly one of --key FILE or --secret-file FILE") }
         if claims != nil && claimsFile != nil { throw ValidationError("give --claims or --claims-file, not both") }
@@ -75,12 +78,12 @@ struct Sign: ParsableCommand {
 
         let signingKey: JWTKey
         if let key {
-            guard let first = try Input.keys(path: key, algorithms: alg.map { [$0] }, kid: kid).first else {
+            guard let first = try Input.keys(path: key, algorithms: alg.map { [$0] }, kid: kid, allowInsecure: allowInsecureKeyFile).first else {
                 throw CLIExit.usage("\(key) holds no key")
             }
             signingKey = first
         } else if let secretFile {
-            let secret = try Input.secret(path: secretFile, encoding: secretEncoding)
+            let secret = try Input.secret(path: secretFile, encoding: secretEncoding, allowInsecure: allowInsecureKeyFile)
             signingKey = try JWTKey.hmac(secret: secret, algorithms: [alg ?? .hs256], kid: kid)
         } else {
             throw CLIExit.usage("no key")

@@ -35,8 +35,27 @@ enum Input {
         return raw.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Keys from a PEM, DER, JWK or JWKS file.
-    static func keys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?) throws -> [JWTKey] {
+    /// Refuses a file holding secret material that group or others can read, unless allowed.
+    static func checkPrivate(_ path: String, allowInsecure: Bool) throws {
+        guard path != "-", !allowInsecure else { return }
+        var info = stat()
+        guard stat(path, &info) == 0 else { return }
+        let mode = info.st_mode & 0o777
+        if mode & 0o077 != 0 {
+            throw CLIExit.usage(
+                "\(path) holds secret key material but is readable by group or others (mode \(String(mode, radix: 8))); run chmod 600 \(path), or pass --allow-insecure-key-file")
+        }
+    }
+
+    /// Keys from a PEM, DER, JWK or JWKS file. Files with private material must be mode 0600
+    /// (or stricter) unless `allowInsecure`.
+    static func keys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?, allowInsecure: Bool = false) throws -> [JWTKey] {
+        let keys = try parseKeys(path: path, algorithms: algorithms, kid: kid)
+        if keys.contains(where: \.isPrivate) { try checkPrivate(path, allowInsecure: allowInsecure) }
+        return keys
+    }
+
+    private static func parseKeys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?) throws -> [JWTKey] {
         let bytes = try read(path)
         let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if text.hasPrefix("{") {
@@ -57,7 +76,8 @@ enum Input {
         return [try JWTKey(pemOrDER: bytes, algorithms: algorithms, kid: kid)]
     }
 
-    static func secret(path: String, encoding: SecretEncoding) throws -> [UInt8] {
+    static func secret(path: String, encoding: SecretEncoding, allowInsecure: Bool = false) throws -> [UInt8] {
+        try checkPrivate(path, allowInsecure: allowInsecure)
         let bytes = try read(path)
         switch encoding {
         case .raw: return bytes

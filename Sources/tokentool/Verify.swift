@@ -74,6 +74,9 @@ struct Verify: ParsableCommand {
     @Flag(help: "Print one JSON object with the verdict, header and claims (or the error code).")
     var json = false
 
+    @Flag(help: "Read a private key or secret file even if group or others can read it.")
+    var allowInsecureKeyFile = false
+
     func validate() throws {
         if (key == nil) == (secretFile == nil) {
             throw ValidationError("give exactly one of --key FILE or --secret-file FILE")
@@ -84,9 +87,9 @@ struct Verify: ParsableCommand {
         let algorithms = alg.isEmpty ? nil : Set(alg)
         let keys: [JWTKey]
         if let key {
-            keys = try Input.keys(path: key, algorithms: algorithms, kid: kid)
+            keys = try Input.keys(path: key, algorithms: algorithms, kid: kid, allowInsecure: allowInsecureKeyFile)
         } else if let secretFile {
-            let secret = try Input.secret(path: secretFile, encoding: secretEncoding)
+            let secret = try Input.secret(path: secretFile, encoding: secretEncoding, allowInsecure: allowInsecureKeyFile)
             keys = [try JWTKey.hmac(secret: secret, algorithms: algorithms ?? [.hs256], kid: kid)]
         } else {
             keys = []

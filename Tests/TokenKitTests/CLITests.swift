@@ -33,7 +33,8 @@ struct CLITests {
         }
         let hs = try Fixtures.text("peers/hs256_tokens.txt").split(separator: "\n").prefix(5)
         for token in hs {
-            let result = try tokentool(["verify", "--secret-file", dir.appendingPathComponent("hs256_secret.bin").path, "--json", String(token)])
+            // The shared test secret is checked out world-readable: allowed explicitly.
+            let result = try tokentool(["verify", "--secret-file", dir.appendingPathComponent("hs256_secret.bin").path, "--allow-insecure-key-file", "--json", String(token)])
             #expect(result.status == 0, "\(result.err)")
             guard case .object(let json) = try JSONValue.parse(result.out) else { Issue.record("not JSON"); continue }
             #expect(json["valid"] == .bool(true))
@@ -42,7 +43,7 @@ struct CLITests {
         }
         // base64url-encoded secret file, token on standard input.
         let viaStdin = try tokentool(
-            ["verify", "--secret-file", dir.appendingPathComponent("hs256_secret.b64url").path, "--secret-encoding", "base64url", "-"],
+            ["verify", "--secret-file", dir.appendingPathComponent("hs256_secret.b64url").path, "--secret-encoding", "base64url", "--allow-insecure-key-file", "-"],
             stdin: Data(try Fixtures.text("peers/hs256_token.jwt").utf8))
         #expect(viaStdin.status == 0, "\(viaStdin.err)")
     }
@@ -67,7 +68,7 @@ struct CLITests {
         #expect(try tokentool(["verify", "--key", "/nonexistent/key.pem", expired]).status == 2)
         #expect(try tokentool(["verify", "--key", pub, "--alg", "XS256", expired]).status == 2)
         #expect(try tokentool(["verify", "--key", pub, "not-a-token"]).status == 1)
-        let weak = try tokentool(["verify", "--secret-file", pub, "--alg", "HS512", expired])  // PEM as an HS512 secret: 451 bytes, fine length-wise
+        let weak = try tokentool(["verify", "--secret-file", pub, "--allow-insecure-key-file", "--alg", "HS512", expired])  // PEM as an HS512 secret: 451 bytes, fine length-wise
         #expect(weak.status == 1)
         let decoded = try tokentool(["decode", expired])
         #expect(decoded.status == 0)
@@ -118,6 +119,27 @@ struct CLITests {
         let wrongAudience = try tokentool(["verify"] + verifyKey + ["--alg", alg, "--aud", "other", token], cwd: dir)
         #expect(wrongAudience.status == 1)
         #expect(wrongAudience.err.contains("audience_mismatch"))
+    }
+
+    @Test func secretFilesReadableByOthersAreRefused() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        #expect(try tokentool(["keygen", "hmac", "--format", "raw", "--out", "s.bin"], cwd: dir).status == 0)
+        #expect(try tokentool(["keygen", "ec", "--out", "k.pem"], cwd: dir).status == 0)
+        let signed = try tokentool(["sign", "--secret-file", "s.bin", "--sub", "x"], cwd: dir)
+        #expect(signed.status == 0)
+        let token = signed.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        for file in ["s.bin", "k.pem"] {
+            try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: dir.appendingPathComponent(file).path)
+        }
+        let refused = try tokentool(["verify", "--secret-file", "s.bin", token], cwd: dir)
+        #expect(refused.status == 2)
+        #expect(refused.err.contains("chmod 600"))
+        #expect(try tokentool(["verify", "--secret-file", "s.bin", "--allow-insecure-key-file", token], cwd: dir).status == 0)
+        #expect(try tokentool(["sign", "--key", "k.pem", "--sub", "x"], cwd: dir).status == 2)
+        #expect(try tokentool(["jwk", "k.pem"], cwd: dir).status == 2)
+        // A public key file may be world-readable.
+        #expect(try tokentool(["jwk", "--private", "--allow-insecure-key-file", "k.pem"], cwd: dir).status == 0)
     }
 
     @Test func jwkConversion() throws {
