@@ -38,7 +38,14 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Peer-harness mode: verify the tokens in this directory (rs256_tokens.txt, hs256_tokens.txt, rsa_public.pem, hs256_secret.bin) and print 'RS256 <tokens/s> <ns>' and 'HS256 <tokens/s> <ns>'.")
     var peers: String?
 
+    @Option(help: "Memory soak: verify this many tokens per mode (HS256; HS256 with the verified-token cache; RS256 a tenth as many) and print the process RSS ten times along the way.")
+    var soak: Int?
+
     func run() async throws {
+        if let soak {
+            try Soak.run(count: soak)
+            return
+        }
         if let peers {
             try PeersMode.run(directory: peers, seconds: Double(ProcessInfo.processInfo.environment["BENCH_SECONDS"] ?? "") ?? seconds,
                               reps: Int(ProcessInfo.processInfo.environment["BENCH_REPS"] ?? "") ?? reps)
