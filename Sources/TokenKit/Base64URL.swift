@@ -71,10 +71,13 @@ public enum Base64URL {
         return decodeTable.withUnsafeBufferPointer { table -> Bool in
             var i = 0
             var o = 0
+            // Invalid characters map to 0xFF; their high bits are collected in `bad` and checked
+            // once after the loop (the output is discarded when the input is invalid).
+            var bad: UInt8 = 0
             while i + 4 <= n {
                 let a = table[Int(input[i])], b = table[Int(input[i + 1])]
                 let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
-                if (a | b | c | d) & 0xC0 != 0 { return false }
+                bad |= a | b | c | d
                 let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
                 out[o] = UInt8(truncatingIfNeeded: v >> 16)
                 out[o + 1] = UInt8(truncatingIfNeeded: v >> 8)
@@ -82,6 +85,7 @@ public enum Base64URL {
                 i += 4
                 o += 3
             }
+            if bad & 0xC0 != 0 { return false }
             switch n - i {
             case 0:
                 return true
