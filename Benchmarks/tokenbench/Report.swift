@@ -35,6 +35,22 @@ enum Report {
 /// the way its other rows are: a checked warm-up pass, then `reps` repetitions of the 1000-token
 /// batch for at least `seconds` each.
 enum PeersMode {
+    /// The harness's security cases: RS256 cases get the RSA public key, HS256 cases the secret,
+    /// each verifier configured as an application would (default claims policy).
+    static func check(directory: String) throws {
+        let dir = URL(fileURLWithPath: directory)
+        let rsa = try JWTVerifier(key: JWTKey(pem: String(contentsOf: dir.appendingPathComponent("rsa_public.pem"), encoding: .utf8)))
+        let hmac = try JWTVerifier(key: JWTKey.hmac(secret: Array(try Data(contentsOf: dir.appendingPathComponent("hs256_secret.bin")))))
+        let cases = try String(contentsOf: dir.appendingPathComponent("cases.tsv"), encoding: .utf8)
+        for line in cases.split(separator: "\n") {
+            let fields = line.split(separator: "\t").map(String.init)
+            guard fields.count == 4 else { continue }
+            let verifier = fields[1] == "hmac" ? hmac : rsa
+            let verdict = (try? verifier.verify(fields[3])) == nil ? "REJECT" : "ACCEPT"
+            print("\(fields[0]) \(verdict)")
+        }
+    }
+
     static func run(directory: String, seconds: Double, reps: Int) throws {
         let dir = URL(fileURLWithPath: directory)
         func text(_ name: String) throws -> String { try String(contentsOf: dir.appendingPathComponent(name), encoding: .utf8) }

@@ -38,10 +38,17 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Peer-harness mode: verify the tokens in this directory (rs256_tokens.txt, hs256_tokens.txt, rsa_public.pem, hs256_secret.bin) and print 'RS256 <tokens/s> <ns>' and 'HS256 <tokens/s> <ns>'.")
     var peers: String?
 
+    @Option(help: "Peer-harness check mode (PROJECT_CHECK_CMD): print '<case> ACCEPT|REJECT' for each line of DIR/cases.tsv.")
+    var peersCheck: String?
+
     @Option(help: "Memory soak: verify this many tokens per mode (HS256; HS256 with the verified-token cache; RS256 a tenth as many) and print the process RSS ten times along the way.")
     var soak: Int?
 
     func run() async throws {
+        if let peersCheck {
+            try PeersMode.check(directory: peersCheck)
+            return
+        }
         if let soak {
             try Soak.run(count: soak)
             return
