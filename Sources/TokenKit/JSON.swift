@@ -121,7 +121,7 @@ enum JSONWriter {
     }
 }
 
-/// A strict, non-recursive-descent-free JSON parser (recursion depth bounded by `maxDepth`).
+/// A strict recursive-descent JSON parser; nesting is bounded by `maxDepth`, so recursion is too.
 struct JSONParser {
     static let maxDepth = 32
 
