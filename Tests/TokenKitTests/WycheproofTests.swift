@@ -39,13 +39,13 @@ struct WycheproofTests {
                 let native = verdict(algorithm, key: key, handle: nil, message: message, signature: signature)
                 outcome.checked += 1
                 if native == nil || (result != "acceptable" && native != (result == "valid")) {
-                    outcome.failures.append("\(file) tcId \(id): native says \(native), expected \(result)")
+                    outcome.failures.append("\(file) tcId \(id): native says \(String(describing: native)), expected \(result)")
                 }
                 if let handle, !message.contains(0) {
                     let viaLibjwt = verdict(algorithm, key: key, handle: handle, message: message, signature: signature)
                     outcome.libjwtChecked += 1
                     if viaLibjwt != native {
-                        outcome.failures.append("\(file) tcId \(id): libjwt says \(viaLibjwt), native \(native)")
+                        outcome.failures.append("\(file) tcId \(id): libjwt says \(String(describing: viaLibjwt)), native \(String(describing: native))")
                     }
                 }
             }
@@ -53,8 +53,8 @@ struct WycheproofTests {
         return outcome
     }
 
-    /// The verdict of the shared signature step. For the native engine, the pooled
-    /// pre-initialised contexts (the hot path) and the one-shot path must agree; a disagreement
+    /// The verdict of the shared signature step. For the native engine, a context reused from
+    /// a pool (the hot path) and a fresh one must agree; a disagreement
     /// returns nil, which matches no expected verdict.
     static func verdict(_ algorithm: JWTAlgorithm, key: JWTKey, handle: LibJWTHandle?, message: [UInt8], signature: [UInt8]) -> Bool? {
         let segment = Array(Base64URL.encode(signature).utf8)
@@ -116,12 +116,12 @@ struct WycheproofTests {
                 }
                 let native = Self.verdict(algorithm, key: key, handle: nil, message: message, signature: tag)
                 checked += 1
-                if native != valid { failures.append("tcId \(id): native \(native), expected \(valid)") }
+                if native != valid { failures.append("tcId \(id): native \(String(describing: native)), expected \(valid)") }
                 if !message.contains(0) {
                     let handle = try LibJWTHandle(algorithm: algorithm, key: key)
                     let viaLibjwt = Self.verdict(algorithm, key: key, handle: handle, message: message, signature: tag)
                     libjwtChecked += 1
-                    if viaLibjwt != native { failures.append("tcId \(id): libjwt \(viaLibjwt), native \(native)") }
+                    if viaLibjwt != native { failures.append("tcId \(id): libjwt \(String(describing: viaLibjwt)), native \(String(describing: native))") }
                 }
             }
         }

@@ -34,10 +34,8 @@ final class ContextPool: Sendable {
             return context.verify(message: message, signature: signature)
         }
         if let result, let result { return result }
-        // Busy stripe (or context creation failed): a one-off context.
-        guard let context = VerifyContext(algorithm: algorithm, material: material) else {
-            return NativeSignatures.verify(algorithm, key: material, message: message, signature: signature)
-        }
+        // Busy stripe (or context creation failed there): a one-off context.
+        guard let context = VerifyContext(algorithm: algorithm, material: material) else { return false }
         return context.verify(message: message, signature: signature)
     }
 

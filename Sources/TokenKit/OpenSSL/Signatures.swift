@@ -1,27 +1,7 @@
 internal import COpenSSL
 
-/// The native engine's signature step: OpenSSL 3 called directly on a key parsed once.
+/// Signing with OpenSSL 3. (Verification is `VerifyContext`, reached through `ContextPool`.)
 enum NativeSignatures {
-    /// Verifies `signature` over `message`. The caller has already checked that the algorithm
-    /// fits the key; lengths are checked here.
-    static func verify(
-        _ algorithm: JWTAlgorithm, key: JWTKey.Material, message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer
-    ) -> Bool {
-        switch key {
-        case .secret(let secret):
-            return verifyHMAC(algorithm, secret: secret, message: message, signature: signature)
-        case .pkey(let pkey):
-            if algorithm.family == .ecdsa {
-                guard let curve = algorithm.curve, signature.count == 2 * curve.coordinateLength,
-                    let der = ECDSASignature.derFromRaw(signature, coordinateLength: curve.coordinateLength)
-                else { return false }
-                return der.withUnsafeBytes { digestVerify(algorithm, pkey: pkey, message: message, signature: $0) }
-            }
-            if algorithm.family == .eddsa, signature.count != 64 { return false }
-            return digestVerify(algorithm, pkey: pkey, message: message, signature: signature)
-        }
-    }
-
     static func hmac(_ algorithm: JWTAlgorithm, secret: SecretBytes, message: UnsafeRawBufferPointer, into out: UnsafeMutablePointer<UInt8>) -> Int {
         let md: OpaquePointer? = switch algorithm {
         case .hs256: EVP_sha256()
@@ -37,25 +17,10 @@ enum NativeSignatures {
         return Int(length)
     }
 
-    private static func verifyHMAC(
-        _ algorithm: JWTAlgorithm, secret: SecretBytes, message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer
-    ) -> Bool {
-        guard signature.count == algorithm.hashLength else { return false }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buffer -> Bool in
-            guard let out = buffer.baseAddress else { return false }
-            let length = hmac(algorithm, secret: secret, message: message, into: out)
-            guard length == signature.count, let sig = signature.baseAddress else { return false }
-            return CRYPTO_memcmp(out, sig, length) == 0
-        }
-    }
-
-    /// Sets up a DigestSign/DigestVerify context for the algorithm (PSS padding and salt length).
-    private static func initialise(_ algorithm: JWTAlgorithm, context: OpaquePointer, pkey: PKey, sign: Bool) -> Bool {
+    /// Sets up a DigestSign context for the algorithm (PSS padding and salt length).
+    private static func initialise(_ algorithm: JWTAlgorithm, context: OpaquePointer, pkey: PKey) -> Bool {
         var pctx: OpaquePointer? = nil
-        let ok = sign
-            ? EVP_DigestSignInit_ex(context, &pctx, algorithm.digestName, nil, nil, pkey.pointer, nil)
-            : EVP_DigestVerifyInit_ex(context, &pctx, algorithm.digestName, nil, nil, pkey.pointer, nil)
-        guard ok == 1 else { return false }
+        guard EVP_DigestSignInit_ex(context, &pctx, algorithm.digestName, nil, nil, pkey.pointer, nil) == 1 else { return false }
         if algorithm.family == .rsaPSS {
             guard let pctx, EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1,
                 EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_DIGEST) == 1
@@ -64,22 +29,6 @@ enum NativeSignatures {
             guard let pctx, EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PADDING) == 1 else { return false }
         }
         return true
-    }
-
-    private static func digestVerify(
-        _ algorithm: JWTAlgorithm, pkey: PKey, message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer
-    ) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        guard initialise(algorithm, context: context, pkey: pkey, sign: false) else {
-            OpenSSLError.clear()
-            return false
-        }
-        let result = EVP_DigestVerify(
-            context, signature.baseAddress?.assumingMemoryBound(to: UInt8.self), signature.count,
-            message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count)
-        if result != 1 { OpenSSLError.clear() }
-        return result == 1
     }
 
     /// Signs `message`; ECDSA signatures come out as raw r‖s, as JWS requires.
@@ -98,7 +47,7 @@ enum NativeSignatures {
             guard key.isPrivate else { throw TokenError(.privateKeyRequired, "signing needs a private key; this is a public key") }
             guard let context = EVP_MD_CTX_new() else { throw TokenError(.cryptoFailure, "out of memory") }
             defer { EVP_MD_CTX_free(context) }
-            guard initialise(algorithm, context: context, pkey: pkey, sign: true) else {
+            guard initialise(algorithm, context: context, pkey: pkey) else {
                 throw OpenSSLError.take(.cryptoFailure, "cannot start signing with \(algorithm)")
             }
             var length = 0
