@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 extension String {
     /// Runs `body` over the string's UTF-8 bytes, preserving the typed error.
     func withUTF8Bytes<R>(_ body: (UnsafeRawBufferPointer) throws(TokenError) -> R) throws(TokenError) -> R {
@@ -10,6 +14,15 @@ extension String {
 }
 
 extension Array where Element == UInt8 {
+    /// Whether these bytes equal `other` exactly.
+    func sameBytes(as other: UnsafeRawBufferPointer) -> Bool {
+        guard count == other.count else { return false }
+        return withUnsafeBytes { mine in
+            guard let a = mine.baseAddress, let b = other.baseAddress else { return other.isEmpty }
+            return memcmp(a, b, other.count) == 0
+        }
+    }
+
     /// Runs `body` over the bytes, preserving the typed error.
     func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws(TokenError) -> R) throws(TokenError) -> R {
         let result: Result<R, TokenError> = withUnsafeBytes { buffer in

@@ -33,13 +33,7 @@ final class HeaderCache: Sendable {
     func lookup(_ segment: UnsafeRawBufferPointer) -> (JOSEHeader, Int)? {
         guard segment.count <= HeaderCache.maxSegment else { return nil }
         return stripes[ThreadStripe.index(HeaderCache.stripeCount)].items.withLock { state -> (JOSEHeader, Int)? in
-            for item in state.items where item.segment.count == segment.count {
-                let same = item.segment.withUnsafeBytes { stored in
-                    guard let a = stored.baseAddress, let b = segment.baseAddress else { return segment.isEmpty }
-                    return memcmp(a, b, segment.count) == 0
-                }
-                if same { return (item.header, item.entry) }
-            }
+            for item in state.items where item.segment.sameBytes(as: segment) { return (item.header, item.entry) }
             return nil
         }
     }

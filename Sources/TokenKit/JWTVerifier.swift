@@ -150,25 +150,26 @@ public struct JWTVerifier: Sendable {
     /// Verifies a JWT: signature, then claims and policy. With a ``VerifiedTokenCache``, a token
     /// seen before (byte for byte) skips the signature and parsing, but never the claims policy.
     public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
-        guard let tokenCache else { return try verifyUncached(token) }
-        if token.utf8.count <= maxTokenBytes,
-            let hit = try token.withUTF8Bytes({ bytes throws(TokenError) in tokenCache.lookup(bytes) })
-        {
-            do {
-                try policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
-                return hit
-            } catch {
-                try token.withUTF8Bytes { bytes throws(TokenError) in tokenCache.remove(bytes) }
-                throw error
+        try withTokenBytes(token) { bytes throws(TokenError) in
+            guard let tokenCache else { return try verify(utf8: bytes) }
+            let slot = tokenCache.hash(bytes)
+            if let hit = tokenCache.lookup(bytes, hash: slot) {
+                do throws(TokenError) {
+                    try policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
+                    return hit
+                } catch {
+                    tokenCache.remove(hash: slot)
+                    throw error
+                }
             }
+            let verified = try verify(utf8: bytes)
+            tokenCache.insert(bytes, hash: slot, verified)
+            return verified
         }
-        let verified = try verifyUncached(token)
-        try token.withUTF8Bytes { bytes throws(TokenError) in tokenCache.insert(bytes, verified) }
-        return verified
     }
 
-    private func verifyUncached(_ token: String) throws(TokenError) -> VerifiedToken {
-        let jws = try verifySignature(token)
+    private func verify(utf8 token: UnsafeRawBufferPointer) throws(TokenError) -> VerifiedToken {
+        let jws = try verifySignature(utf8: token)
         let required = policy.requiredClaims
         let fast = FastPayload.scan(jws.payload, required: required)
         let claims: RegisteredClaims
@@ -194,11 +195,13 @@ public struct JWTVerifier: Sendable {
     /// Verifies only the JWS layer (header rules, key selection, signature); the payload may be
     /// any bytes and no claims are checked. Use ``verify(_:)`` for JWTs.
     public func verifySignature(_ token: String) throws(TokenError) -> VerifiedJWS {
-        let count = token.utf8.count
-        guard count <= maxTokenBytes else {
-            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(maxTokenBytes) are accepted")
-        }
-        return try token.withUTF8Bytes { buffer throws(TokenError) in try verifySignature(utf8: buffer) }
+        try withTokenBytes(token) { bytes throws(TokenError) in try verifySignature(utf8: bytes) }
+    }
+
+    /// The size cap, checked before any decoding, then the token's UTF-8 bytes.
+    private func withTokenBytes<R>(_ token: String, _ body: (UnsafeRawBufferPointer) throws(TokenError) -> R) throws(TokenError) -> R {
+        try CompactJWS.checkSize(token.utf8.count, limit: maxTokenBytes)
+        return try token.withUTF8Bytes(body)
     }
 
     private func verifySignature(utf8 token: UnsafeRawBufferPointer) throws(TokenError) -> VerifiedJWS {
@@ -318,6 +321,12 @@ struct CompactJWS {
     /// `header '.' payload`, the bytes the signature covers.
     let signingInput: UnsafeRawBufferPointer
 
+    static func checkSize(_ count: Int, limit: Int) throws(TokenError) {
+        guard count <= limit else {
+            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(limit) are accepted")
+        }
+    }
+
     static func split(_ token: UnsafeRawBufferPointer) throws(TokenError) -> CompactJWS {
         func dot(after start: Int) -> Int? {
             guard start < token.count, let base = token.baseAddress,
@@ -358,10 +367,7 @@ public struct UnverifiedToken: Sendable {
 
     /// Splits and decodes a compact JWS strictly (base64url, header JSON), checking nothing else.
     public init(_ token: String, maxTokenBytes: Int = 64 * 1024) throws(TokenError) {
-        let count = token.utf8.count
-        guard count <= maxTokenBytes else {
-            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(maxTokenBytes) are accepted")
-        }
+        try CompactJWS.checkSize(token.utf8.count, limit: maxTokenBytes)
         let decoded = try token.withUTF8Bytes { buffer throws(TokenError) -> ([String: JSONValue], [UInt8], [UInt8]) in
             let parts = try CompactJWS.split(buffer)
             let header = try CompactJWS.decodeHeader(parts.header)

@@ -80,22 +80,19 @@ final class TokenCache: Sendable {
         return h ^ (h >> 29)
     }
 
-    func lookup(_ token: UnsafeRawBufferPointer) -> VerifiedToken? {
-        let h = hash(token)
-        return stripes[Int(h & UInt64(TokenCache.stripeCount - 1))].state.withLock { state -> VerifiedToken? in
-            guard let entry = state.entries[h], entry.token.count == token.count else { return nil }
-            let same = entry.token.withUnsafeBytes { stored in
-                guard let a = stored.baseAddress, let b = token.baseAddress else { return token.isEmpty }
-                return memcmp(a, b, token.count) == 0
-            }
-            return same ? entry.verified : nil
+    private func stripe(_ h: UInt64) -> Stripe { stripes[Int(h & UInt64(TokenCache.stripeCount - 1))] }
+
+    /// The entry for `token`, whose `hash` the caller computed once for lookup, insert and remove.
+    func lookup(_ token: UnsafeRawBufferPointer, hash h: UInt64) -> VerifiedToken? {
+        stripe(h).state.withLock { state -> VerifiedToken? in
+            guard let entry = state.entries[h], entry.token.sameBytes(as: token) else { return nil }
+            return entry.verified
         }
     }
 
-    func insert(_ token: UnsafeRawBufferPointer, _ verified: VerifiedToken) {
-        let h = hash(token)
+    func insert(_ token: UnsafeRawBufferPointer, hash h: UInt64, _ verified: VerifiedToken) {
         let entry = Entry(token: Array(token), verified: verified)
-        let stripe = stripes[Int(h & UInt64(TokenCache.stripeCount - 1))]
+        let stripe = stripe(h)
         guard entry.cost <= stripe.maxBytes else { return }
         stripe.state.withLock { state in
             if let old = state.entries.updateValue(entry, forKey: h) {
@@ -116,9 +113,8 @@ final class TokenCache: Sendable {
         }
     }
 
-    func remove(_ token: UnsafeRawBufferPointer) {
-        let h = hash(token)
-        stripes[Int(h & UInt64(TokenCache.stripeCount - 1))].state.withLock { state in
+    func remove(hash h: UInt64) {
+        stripe(h).state.withLock { state in
             if let removed = state.entries.removeValue(forKey: h) { state.bytes -= removed.cost }
         }
     }
