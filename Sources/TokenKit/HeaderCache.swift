@@ -6,9 +6,8 @@ import Synchronization
 /// a comparison instead of base64 decoding and JSON parsing. The cache is safe because the result
 /// depends only on the exact segment bytes and on the verifier, which is immutable: the same bytes
 /// always give the same header and key. Only successes are cached; segments longer than 512 bytes
-/// are not cached. 16 stripes (chosen by thread) × 4 entries bound its size.
+/// are not cached. 16 stripes (``Striped``, chosen by thread) × 4 entries bound its size.
 final class HeaderCache: Sendable {
-    static let stripeCount = 16
     static let entriesPerStripe = 4
     static let maxSegment = 512
 
@@ -23,16 +22,11 @@ final class HeaderCache: Sendable {
         var next = 0
     }
 
-    private final class Stripe: Sendable {
-        let items = Mutex(Items())
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
-    }
-
-    private let stripes: [Stripe] = (0..<HeaderCache.stripeCount).map { _ in Stripe() }
+    private let stripes = Striped { Items() }
 
     func lookup(_ segment: UnsafeRawBufferPointer) -> (JOSEHeader, Int)? {
         guard segment.count <= HeaderCache.maxSegment else { return nil }
-        return stripes[ThreadStripe.index(HeaderCache.stripeCount)].items.withLock { state -> (JOSEHeader, Int)? in
+        return stripes.forCurrentThread.lock.withLock { state -> (JOSEHeader, Int)? in
             for item in state.items where item.segment.sameBytes(as: segment) { return (item.header, item.entry) }
             return nil
         }
@@ -41,7 +35,7 @@ final class HeaderCache: Sendable {
     func insert(_ segment: UnsafeRawBufferPointer, header: JOSEHeader, entry: Int) {
         guard segment.count <= HeaderCache.maxSegment else { return }
         let item = Item(segment: Array(segment), header: header, entry: entry)
-        stripes[ThreadStripe.index(HeaderCache.stripeCount)].items.withLock { state in
+        stripes.forCurrentThread.lock.withLock { state in
             if state.items.count < HeaderCache.entriesPerStripe {
                 state.items.append(item)
             } else {
@@ -52,6 +46,3 @@ final class HeaderCache: Sendable {
     }
 }
 
-#if canImport(Glibc)
-import Glibc
-#endif

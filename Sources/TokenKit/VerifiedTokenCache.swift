@@ -24,14 +24,15 @@ public struct VerifiedTokenCache: Sendable {
 }
 
 final class TokenCache: Sendable {
-    static let stripeCount = 16
-    private let stripes: [Stripe]
+    private let stripes = Striped { State() }
+    /// Limits per stripe.
+    private let maxEntries: Int
+    private let maxBytes: Int
     private let seed: UInt64
 
     init(_ configuration: VerifiedTokenCache) {
-        let perStripeEntries = max(configuration.capacity / TokenCache.stripeCount, 1)
-        let perStripeBytes = max(configuration.byteBudget / TokenCache.stripeCount, 4096)
-        stripes = (0..<TokenCache.stripeCount).map { _ in Stripe(entries: perStripeEntries, bytes: perStripeBytes) }
+        maxEntries = max(configuration.capacity / Striped<State>.count, 1)
+        maxBytes = max(configuration.byteBudget / Striped<State>.count, 4096)
         seed = UInt64.random(in: .min ... .max)
     }
 
@@ -46,16 +47,6 @@ final class TokenCache: Sendable {
         var order: [UInt64] = []  // insertion order, for eviction
         var head = 0
         var bytes = 0
-    }
-
-    final class Stripe: Sendable {
-        let state = Mutex(State())
-        let maxEntries: Int
-        let maxBytes: Int
-        init(entries: Int, bytes: Int) {
-            maxEntries = entries
-            maxBytes = bytes
-        }
     }
 
     /// A fast keyed hash over 8-byte words. Collisions only cost a miss: hits compare all bytes.
@@ -80,11 +71,9 @@ final class TokenCache: Sendable {
         return h ^ (h >> 29)
     }
 
-    private func stripe(_ h: UInt64) -> Stripe { stripes[Int(h & UInt64(TokenCache.stripeCount - 1))] }
-
     /// The entry for `token`, whose `hash` the caller computed once for lookup, insert and remove.
     func lookup(_ token: UnsafeRawBufferPointer, hash h: UInt64) -> VerifiedToken? {
-        stripe(h).state.withLock { state -> VerifiedToken? in
+        stripes.forHash(h).lock.withLock { state -> VerifiedToken? in
             guard let entry = state.entries[h], entry.token.sameBytes(as: token) else { return nil }
             return entry.verified
         }
@@ -92,16 +81,15 @@ final class TokenCache: Sendable {
 
     func insert(_ token: UnsafeRawBufferPointer, hash h: UInt64, _ verified: VerifiedToken) {
         let entry = Entry(token: Array(token), verified: verified)
-        let stripe = stripe(h)
-        guard entry.cost <= stripe.maxBytes else { return }
-        stripe.state.withLock { state in
+        guard entry.cost <= maxBytes else { return }
+        stripes.forHash(h).lock.withLock { state in
             if let old = state.entries.updateValue(entry, forKey: h) {
                 state.bytes -= old.cost
             } else {
                 state.order.append(h)
             }
             state.bytes += entry.cost
-            while state.entries.count > stripe.maxEntries || state.bytes > stripe.maxBytes, state.head < state.order.count {
+            while state.entries.count > maxEntries || state.bytes > maxBytes, state.head < state.order.count {
                 let victim = state.order[state.head]
                 state.head += 1
                 if let removed = state.entries.removeValue(forKey: victim) { state.bytes -= removed.cost }
@@ -114,12 +102,12 @@ final class TokenCache: Sendable {
     }
 
     func remove(hash h: UInt64) {
-        stripe(h).state.withLock { state in
+        stripes.forHash(h).lock.withLock { state in
             if let removed = state.entries.removeValue(forKey: h) { state.bytes -= removed.cost }
         }
     }
 
-    var count: Int { stripes.reduce(0) { total, stripe in total + stripe.state.withLock { $0.entries.count } } }
+    var count: Int { stripes.stripes.reduce(0) { total, stripe in total + stripe.lock.withLock { $0.entries.count } } }
 }
 
 #if canImport(Glibc)

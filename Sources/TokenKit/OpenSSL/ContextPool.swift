@@ -1,34 +1,26 @@
 internal import COpenSSL
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// Pre-initialised OpenSSL contexts for one key and one algorithm, so that per token only the
 /// hash and the verification run (no `EVP_DigestVerifyInit`, no HMAC key schedule).
 ///
-/// OpenSSL contexts must not be used by two threads at once. The pool has 16 stripes, each a
-/// mutex over one lazily created context, chosen by the calling thread's identity: threads rarely
-/// share a stripe, so the lock is uncontended and its cache line stays with one core. When a
-/// stripe is busy the call uses a fresh context instead of waiting.
+/// OpenSSL contexts must not be used by two threads at once. The pool has one lazily created
+/// context per stripe of a ``Striped`` lock set, chosen by the calling thread. When a stripe is
+/// busy the call uses a fresh context instead of waiting.
 final class ContextPool: Sendable {
-    private static let stripeCount = 16
-    private let stripes: [Stripe]
+    private let stripes = Striped { Slot() }
     let algorithm: JWTAlgorithm
     private let key: JWTKeyStorage
 
     init(algorithm: JWTAlgorithm, key: JWTKey) {
         self.algorithm = algorithm
         self.key = key.storage
-        stripes = (0..<ContextPool.stripeCount).map { _ in Stripe() }
     }
 
     /// Verifies `signature` over `message` (signature length already checked by the caller).
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
         let material = key.material
-        let stripe = stripes[ThreadStripe.index(ContextPool.stripeCount)]
-        let result = stripe.context.withLockIfAvailable { slot -> Bool? in
+        let result = stripes.forCurrentThread.lock.withLockIfAvailable { slot -> Bool? in
             if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: material) }
             guard let context = slot.context else { return nil }
             return context.verify(message: message, signature: signature)
@@ -39,25 +31,8 @@ final class ContextPool: Sendable {
         return context.verify(message: message, signature: signature)
     }
 
-    private final class Stripe: Sendable {
-        let context = Mutex(Slot())
-        // Keeps neighbouring stripes' locks off this one's cache line.
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
-    }
-
     struct Slot: ~Copyable {
         var context: VerifyContext? = nil
-    }
-}
-
-/// Picks a stripe for the calling thread, so that threads mostly use different stripes.
-enum ThreadStripe {
-    /// An index in 0..<count (count a power of two).
-    @inline(__always)
-    static func index(_ count: Int) -> Int {
-        let thread = UInt(pthread_self())
-        // Thread control blocks are page-aligned-ish and spaced widely; mix the middle bits.
-        return Int(truncatingIfNeeded: (thread >> 12) ^ (thread >> 21) ^ (thread >> 30)) & (count - 1)
     }
 }
 
