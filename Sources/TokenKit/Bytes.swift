@@ -4,6 +4,7 @@ import Glibc
 
 extension String {
     /// Runs `body` over the string's UTF-8 bytes, preserving the typed error.
+    @inline(__always)
     func withUTF8Bytes<R>(_ body: (UnsafeRawBufferPointer) throws(TokenError) -> R) throws(TokenError) -> R {
         var copy = self
         let result: Result<R, TokenError> = copy.withUTF8 { buffer in

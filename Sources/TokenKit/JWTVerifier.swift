@@ -150,26 +150,26 @@ public struct JWTVerifier: Sendable {
     /// Verifies a JWT: signature, then claims and policy. With a ``VerifiedTokenCache``, a token
     /// seen before (byte for byte) skips the signature and parsing, but never the claims policy.
     public func verify(_ token: String) throws(TokenError) -> VerifiedToken {
-        try withTokenBytes(token) { bytes throws(TokenError) in
-            guard let tokenCache else { return try verify(utf8: bytes) }
-            let slot = tokenCache.hash(bytes)
-            if let hit = tokenCache.lookup(bytes, hash: slot) {
-                do throws(TokenError) {
-                    try policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
-                    return hit
-                } catch {
-                    tokenCache.remove(hash: slot)
-                    throw error
-                }
+        guard let tokenCache else { return try checkClaims(verifySignature(token)) }
+        // Each closure returns a small value: passing a VerifiedToken out through the typed-throws
+        // wrapper costs copies that show on the cache-hit path.
+        let slot = try withTokenBytes(token) { bytes throws(TokenError) in tokenCache.hash(bytes) }
+        if let hit = try token.withUTF8Bytes({ bytes throws(TokenError) in tokenCache.lookup(bytes, hash: slot) }) {
+            do throws(TokenError) {
+                try policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
+                return hit
+            } catch {
+                tokenCache.remove(hash: slot)
+                throw error
             }
-            let verified = try verify(utf8: bytes)
-            tokenCache.insert(bytes, hash: slot, verified)
-            return verified
         }
+        let verified = try checkClaims(verifySignature(token))
+        try token.withUTF8Bytes { bytes throws(TokenError) in tokenCache.insert(bytes, hash: slot, verified) }
+        return verified
     }
 
-    private func verify(utf8 token: UnsafeRawBufferPointer) throws(TokenError) -> VerifiedToken {
-        let jws = try verifySignature(utf8: token)
+    /// The payload and the claims policy, after the signature verified.
+    private func checkClaims(_ jws: VerifiedJWS) throws(TokenError) -> VerifiedToken {
         let required = policy.requiredClaims
         let fast = FastPayload.scan(jws.payload, required: required)
         let claims: RegisteredClaims
@@ -199,6 +199,7 @@ public struct JWTVerifier: Sendable {
     }
 
     /// The size cap, checked before any decoding, then the token's UTF-8 bytes.
+    @inline(__always)
     private func withTokenBytes<R>(_ token: String, _ body: (UnsafeRawBufferPointer) throws(TokenError) -> R) throws(TokenError) -> R {
         try CompactJWS.checkSize(token.utf8.count, limit: maxTokenBytes)
         return try token.withUTF8Bytes(body)
