@@ -12,11 +12,17 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "TokenKit", targets: ["TokenKit"]),
+        .library(name: "PDAKeys", targets: ["PDAKeys"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
         .executable(name: "tokenbench", targets: ["tokenbench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(
@@ -34,10 +40,23 @@ let package = Package(
             dependencies: ["COpenSSL", "CLibJWT"],
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "PDAKeys",
+            dependencies: [
+                "TokenKit",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "tokentool",
             dependencies: [
-                "TokenKit",
+                "TokenKit", "PDAKeys",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings
@@ -55,9 +74,24 @@ let package = Package(
             path: "Benchmarks/tokenbench",
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "TestSupport",
+            path: "Tests/TestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "TokenKitTests",
-            dependencies: ["TokenKit", "tokentool"],
+            dependencies: ["TokenKit", "tokentool", "TestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "PDAKeysTests",
+            dependencies: [
+                "PDAKeys", "TokenKit", "tokentool", "TestSupport",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["keyserver.py"],
             swiftSettings: strictSettings
         ),
     ],

@@ -3,10 +3,10 @@ import Foundation
 import TokenKit
 
 @main
-struct Tokentool: ParsableCommand {
+struct Tokentool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokentool",
-        abstract: "Verify, sign and inspect JSON Web Tokens; make and convert keys.",
+        abstract: "Verify, sign and inspect JSON Web Tokens; make, convert and fetch keys.",
         discussion: """
             tokentool is the command-line face of TokenKit. Every verification is strict: the key fixes \
             the algorithm (a token's "alg" must equal it exactly; "none" is never accepted), an unknown \
@@ -22,13 +22,17 @@ struct Tokentool: ParsableCommand {
               tokentool sign --key device.key --sub user-1 --iss me --expires-in 3600 > token.jwt
               tokentool verify --key device.pub --iss me token.jwt
             """,
-        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, Demo.self]
+        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, Demo.self]
     )
 
-    static func main() {
+    static func main() async {
         do {
             var command = try parseAsRoot()
-            try command.run()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
         } catch let exit as CLIExit {
             if !exit.message.isEmpty { printError(exit.message) }
             Foundation.exit(exit.code)

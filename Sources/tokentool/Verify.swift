@@ -1,8 +1,9 @@
 import ArgumentParser
 import Foundation
+import PDAKeys
 import TokenKit
 
-struct Verify: ParsableCommand {
+struct Verify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Verify a token's signature and claims.",
         discussion: """
@@ -14,13 +15,23 @@ struct Verify: ParsableCommand {
             "nbf" and "iat" are checked when present; --iss and --aud make those claims required. A \
             token carrying "aud" is refused unless --aud names one of its audiences (or --any-aud).
 
-            Exit status: 0 valid, 1 invalid (the message names the rule that failed), 2 usage or key error.
+            Remote keys: --pda verifies a HAT PDA application token with the key of the PDA named by \
+            its "iss" (a host under an allowed domain; RS256; "iat" at most 30 days old unless \
+            --max-age says otherwise; --application restricts "application"). --jwks URL and --oidc \
+            ISSUER fetch the issuer's JWK Set (with --oidc, "iss" must equal ISSUER). An unknown "kid" \
+            causes one refetch. --ca-file trusts a private CA for the HTTPS requests.
+
+            Exit status: 0 valid, 1 invalid (the message names the rule that failed), 2 usage or key \
+            error (including keys that could not be fetched).
 
             Examples:
               tokentool verify --key issuer.pub token.jwt
               tokentool verify --key jwks.json --iss https://issuer.example --aud my-api token.jwt
               tokentool verify --secret-file hs256.bin --alg HS256 --max-age 2592000 token.jwt
               tokentool verify --key issuer.pub --json - < token.jwt
+              tokentool verify --pda --application my-app hat-token.jwt
+              tokentool verify --oidc https://tenant.eu.auth0.com/ --aud my-api token.jwt
+              tokentool verify --jwks https://idp.example/jwks.json --ca-file private-ca.pem token.jwt
             """)
 
     @Argument(help: "The token, a file holding it, or - for standard input (the default).")
@@ -31,6 +42,20 @@ struct Verify: ParsableCommand {
 
     @Option(name: .long, help: "HMAC secret file (its exact bytes, see --secret-encoding).")
     var secretFile: String?
+
+    @Flag(help: "HAT PDA token: fetch the key from https://<iss>/publickey (iss must be under an allowed domain).")
+    var pda = false
+
+    @Option(help: "Fetch the keys from this JWK Set URL (https).")
+    var jwks: String?
+
+    @Option(help: "Fetch the keys by OpenID Connect discovery from this issuer URL (iss must equal it).")
+    var oidc: String?
+
+    @Option(help: "With --pda: accepted \"application\" (repeatable; makes it required).")
+    var application: [String] = []
+
+    @OptionGroup(title: "Remote keys") var remote: RemoteOptions
 
     @Option(help: "How the secret file is encoded: raw or base64url.")
     var secretEncoding: SecretEncoding = .raw
@@ -78,12 +103,21 @@ struct Verify: ParsableCommand {
     var allowInsecureKeyFile = false
 
     func validate() throws {
-        if (key == nil) == (secretFile == nil) {
-            throw ValidationError("give exactly one of --key FILE or --secret-file FILE")
+        let sources = [key != nil, secretFile != nil, pda, jwks != nil, oidc != nil].filter { $0 }.count
+        if sources != 1 {
+            throw ValidationError("give exactly one of --key FILE, --secret-file FILE, --pda, --jwks URL or --oidc ISSUER")
         }
+        if !application.isEmpty && !pda { throw ValidationError("--application goes with --pda") }
     }
 
-    func run() throws {
+    var policy: ClaimsPolicy {
+        ClaimsPolicy(
+            requireExpiration: !noExp, leeway: leeway, maxAge: maxAge, issuers: Set(iss), audiences: Set(aud),
+            ignoresAudience: anyAud, requiredClaims: Set(require), expectedType: typ)
+    }
+
+    func run() async throws {
+        if pda || jwks != nil || oidc != nil { return try await runRemote() }
         let algorithms = alg.isEmpty ? nil : Set(alg)
         let keys: [JWTKey]
         if let key {
@@ -94,13 +128,48 @@ struct Verify: ParsableCommand {
         } else {
             keys = []
         }
-        let policy = ClaimsPolicy(
-            requireExpiration: !noExp, leeway: leeway, maxAge: maxAge, issuers: Set(iss), audiences: Set(aud),
-            ignoresAudience: anyAud, requiredClaims: Set(require), expectedType: typ)
         let clock = at.map { VerificationClock.fixed($0) } ?? .system
         let verifier = try JWTVerifier(keys: keys, policy: policy, engine: engine, clock: clock)
         let text = try Input.token(token)
-        let result = Result { () throws(TokenError) in try verifier.verify(text) }
+        try report(Result { () throws(TokenError) in try verifier.verify(text) })
+    }
+
+    /// Verifies against keys fetched from a PDA, a JWKS URL or an OIDC issuer.
+    func runRemote() async throws {
+        let text = try Input.token(token)
+        let clock = at.map { VerificationClock.fixed($0) } ?? .system
+        let allowList = try remote.allowList
+        let outcome: Result<VerifiedToken, TokenError>
+        var identity: HATIdentity?
+        do {
+            outcome = try await withFetcher(remote) { fetcher in
+                let store = remote.store(fetcher, clock: clock)
+                do {
+                    if pda {
+                        let hat = HATTokenVerifier(
+                            store: store, allowList: allowList, applications: application.isEmpty ? nil : Set(application),
+                            maximumAge: maxAge ?? HATTokenVerifier.thirtyDays, leeway: leeway)
+                        let (found, verified) = try await hat.verifyWithToken(text)
+                        identity = found
+                        return .success(verified)
+                    }
+                    let source: KeySource = oidc.map { .oidc(issuer: $0) } ?? .jwks(url: jwks ?? "")
+                    return .success(try await RemoteJWTVerifier(source: source, store: store, policy: policy, engine: engine).verify(text))
+                } catch let error as TokenError {
+                    return .failure(error)
+                }
+            }
+        } catch let error as KeySourceError {
+            if json {
+                Output.json(.object(["valid": .bool(false), "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])]))
+            }
+            throw CLIExit(code: 2, message: "tokentool: cannot get the issuer's keys: \(error)")
+        }
+        try report(outcome, identity: identity)
+    }
+
+    /// Prints the verdict; throws the exit status for an invalid token.
+    func report(_ result: Result<VerifiedToken, TokenError>, identity: HATIdentity? = nil) throws {
         switch result {
         case .success(let verified):
             if json {
@@ -110,6 +179,10 @@ struct Verify: ParsableCommand {
             } else {
                 print("VALID \(verified.header.algorithm)\(verified.key.kid.map { " kid=\($0)" } ?? "") (engine: \(engine.rawValue))")
                 for line in verified.claims.summary { print("  " + line) }
+                if let identity {
+                    print("  HAT PDA: \(identity.pdaHost)")
+                    if let application = identity.application { print("  application: \(application) \(identity.applicationVersion ?? "")") }
+                }
             }
         case .failure(let error):
             if json {

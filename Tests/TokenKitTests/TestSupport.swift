@@ -1,4 +1,5 @@
 import Foundation
+@_exported import TestSupport
 import Testing
 @testable import TokenKit
 
@@ -28,13 +29,7 @@ enum Fixtures {
     }
 
     /// The `tokentool` executable built next to the test bundle.
-    static var tokentool: URL {
-        var dir = Bundle.main.bundleURL
-        if dir.pathExtension == "xctest" { dir.deleteLastPathComponent() }
-        let candidate = dir.appendingPathComponent("tokentool")
-        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-        return root.appendingPathComponent(".build/debug/tokentool")
-    }
+    static var tokentool: URL { tokentoolExecutable }
 }
 
 struct FixtureError: Error, CustomStringConvertible {
@@ -52,45 +47,6 @@ func hex(_ text: String) -> [UInt8] {
         i += 2
     }
     return out
-}
-
-/// Runs a process to completion and returns (status, stdout, stderr).
-@discardableResult
-func run(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cwd: URL? = nil) throws -> (status: Int32, out: String, err: String) {
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    if let cwd { process.currentDirectoryURL = cwd }
-    let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
-    process.standardOutput = outPipe
-    process.standardError = errPipe
-    process.standardInput = inPipe
-    try process.run()
-    if let stdin { inPipe.fileHandleForWriting.write(stdin) }
-    try inPipe.fileHandleForWriting.close()
-    // Read both pipes before waiting so a chatty child cannot block on a full pipe.
-    let group = DispatchGroup()
-    nonisolated(unsafe) var outData = Data(), errData = Data()
-    group.enter()
-    DispatchQueue.global().async { outData = outPipe.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-    errData = errPipe.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
-}
-
-func which(_ name: String) -> URL? {
-    for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
-        let url = URL(fileURLWithPath: String(dir)).appendingPathComponent(name)
-        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-    }
-    return nil
-}
-
-func temporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("tokentool-tests-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
 }
 
 /// A fixed time for claims tests: 2026-01-01T00:00:00Z.

@@ -1,0 +1,178 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import PDAKeys
+import Synchronization
+import TokenKit
+
+/// A test PKI made with the real `openssl` binary: a CA and a server certificate for
+/// `localhost`, `*.hubat.net`, `*.hubofallthings.net` and `idp.test`, and a second,
+/// unrelated CA whose certificate nobody trusts.
+///
+/// The server certificate has no IP address SAN on purpose: swift-nio-ssl accepts a certificate
+/// whose IP SAN matches the connected address even when another host name was asked for, which
+/// would hide a missing host-name check in these tests.
+struct TestPKI: Sendable {
+    let dir: URL
+    let caFile: String
+    let certFile: String
+    let keyFile: String
+    let otherCAFile: String
+
+    static let shared: Result<TestPKI, any Error> = Result { try TestPKI.make() }
+
+    static func make() throws -> TestPKI {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pdakeys-pki-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
+        let ext = """
+            basicConstraints=critical,CA:FALSE
+            keyUsage=critical,digitalSignature
+            extendedKeyUsage=serverAuth
+            subjectAltName=DNS:localhost,DNS:*.hubat.net,DNS:*.hubofallthings.net,DNS:idp.test
+            """
+        try ext.write(toFile: path("server.ext"), atomically: true, encoding: .utf8)
+        for ca in ["ca", "other-ca"] {
+            try openssl([
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", path("\(ca).key"),
+                "-out", path("\(ca).pem"), "-days", "2", "-subj", "/CN=PDAKeys test \(ca)",
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            ])
+        }
+        try openssl([
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", path("server.key"),
+            "-out", path("server.csr"), "-subj", "/CN=localhost",
+        ])
+        try openssl([
+            "x509", "-req", "-in", path("server.csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"), "-CAcreateserial",
+            "-out", path("server.pem"), "-days", "2", "-extfile", path("server.ext"),
+        ])
+        return TestPKI(dir: dir, caFile: path("ca.pem"), certFile: path("server.pem"), keyFile: path("server.key"), otherCAFile: path("other-ca.pem"))
+    }
+
+    static func openssl(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl"] + arguments
+        process.standardOutput = FileHandle.nullDevice
+        let err = Pipe()
+        process.standardError = err
+        try process.run()
+        let message = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw TestFailure("openssl \(arguments.prefix(2).joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))")
+        }
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One route of the test server (see keyserver.py).
+struct Route: Encodable {
+    var status = 200
+    var headers: [String: String] = [:]
+    var body = ""
+    var `repeat` = 1
+    var chunked = false
+    var delay = 0.0
+    var trickle = 0.0
+}
+
+/// The Python key server (keyserver.py) running on loopback, with TLS from ``TestPKI`` unless
+/// `plain`. Stopped by ``stop()`` (and when the test process exits, via its standard input).
+final class KeyServer: Sendable {
+    let port: Int
+    let dir: URL
+    private let process: Process
+    private let stdin: Pipe
+
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("keyserver.py").path
+
+    init(plain: Bool = false, routes: [String: Route] = [:]) throws {
+        let pki = try TestPKI.shared.get()
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("keyserver-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        var arguments = ["python3", KeyServer.script, "--routes", dir.appendingPathComponent("routes.json").path, "--log", dir.appendingPathComponent("requests.log").path]
+        if !plain { arguments += ["--cert", pki.certFile, "--key", pki.keyFile] }
+        process.arguments = arguments
+        let out = Pipe()
+        let stdin = Pipe()
+        process.standardOutput = out
+        process.standardInput = stdin
+        self.process = process
+        self.stdin = stdin
+        _ = FileManager.default.createFile(atPath: dir.appendingPathComponent("requests.log").path, contents: nil)
+        try KeyServer.write(routes, to: dir)
+        try process.run()
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { throw TestFailure("keyserver.py exited before listening") }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5).prefix { $0.isNumber }) else {
+            throw TestFailure("keyserver.py said \(text)")
+        }
+        self.port = port
+    }
+
+    func setRoutes(_ routes: [String: Route]) throws { try KeyServer.write(routes, to: dir) }
+
+    private static func write(_ routes: [String: Route], to dir: URL) throws {
+        let data = try JSONEncoder().encode(routes)
+        let temporary = dir.appendingPathComponent("routes.tmp")
+        try data.write(to: temporary)
+        // rename(2) replaces the file atomically: the server never reads half a routes file.
+        guard rename(temporary.path, dir.appendingPathComponent("routes.json").path) == 0 else {
+            throw TestFailure("cannot rename the routes file")
+        }
+    }
+
+    /// The requests the server received so far, one line each: `GET <host><path> accept=<Accept>`.
+    var requests: [String] {
+        let text = (try? String(contentsOf: dir.appendingPathComponent("requests.log"), encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init)
+    }
+
+    func count(_ path: String) -> Int { requests.filter { $0.hasPrefix("GET ") && $0.contains(path) }.count }
+
+    func stop() {
+        // The server exits when its standard input closes (a SIGTERM may be blocked: the test
+        // runner's signal mask is inherited by the child).
+        try? stdin.fileHandleForWriting.close()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    var baseURL: String { "https://localhost:\(port)" }
+}
+
+/// A clock the tests move by hand.
+final class ManualClock: Sendable {
+    private let seconds: Mutex<Double>
+    init(_ start: Double = 1_800_000_000) { seconds = Mutex(start) }
+    var now: Double { seconds.withLock { $0 } }
+    func advance(_ delta: Double) { seconds.withLock { $0 += delta } }
+    var verificationClock: VerificationClock { VerificationClock { [self] in now } }
+}
+
+/// A fetcher trusting the test CA, sending `*.hubat.net` and friends to loopback.
+func testFetcher(_ server: KeyServer, _ configure: (inout KeyFetchConfiguration) -> Void = { _ in }) throws -> HTTPKeyFetcher {
+    var configuration = KeyFetchConfiguration()
+    configuration.trustRoots = .pemFile(try TestPKI.shared.get().caFile)
+    configuration.pdaPort = server.port
+    configuration.hostOverrides = [
+        "alice.hubat.net": "127.0.0.1", "bob.hubofallthings.net": "127.0.0.1", "idp.test": "127.0.0.1", "mallory.hubat.net": "127.0.0.1",
+    ]
+    configuration.totalTimeout = .seconds(5)
+    configure(&configuration)
+    return try HTTPKeyFetcher(configuration: configuration)
+}
