@@ -81,7 +81,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenKitTests",
-            dependencies: ["TokenKit", "tokentool", "TestSupport"],
+            dependencies: ["TokenKit", "PDAKeys", "tokentool", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -108,8 +108,6 @@ struct HATTokenVerifierTests {
     }
 
     @Test func unusablePDAKeysAreRefused() async throws {
-        let weak = try JWTKey.generate(.rsa(bits: 2048))  // placeholder replaced below by openssl's 1024-bit key
-        _ = weak
         let pki = try TestPKI.shared.get()
         let weakPath = pki.dir.appendingPathComponent("rsa1024.pem").path
         try TestPKI.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", weakPath + ".key"])

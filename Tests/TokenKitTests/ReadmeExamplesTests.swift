@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PDAKeys
 import TokenKit
 
 /// Compiles and runs the README's library examples, and checks the README still shows them
@@ -72,6 +73,27 @@ struct ReadmeExamplesTests {
             accessToken = try JWTSigner(key: JWTKey.generate(.ec(.p256), kid: "other")).sign(claims: ["exp": .integer(now + 60)])
         }
         #expect(outcomes == ["valid", "rejected"])
+    }
+
+    /// The PDAKeys examples, compiled here; running them needs a real PDA or identity provider on
+    /// the network, so the PDAKeys tests run the same calls against a loopback HTTPS server.
+    func remoteKeysExamples(token: String, jwt: String) async throws {
+        // README: begin
+        let fetcher = try HTTPKeyFetcher()          // HTTPS only, 64 KiB cap, 5 s connect / 10 s total
+        let store = RemoteKeyStore(fetcher: fetcher)  // share one store between all verifiers
+        let hat = HATTokenVerifier(store: store, applications: ["my-app"])
+        let identity = try await hat.verify(token)    // key from https://<iss>/publickey
+        print(identity.pdaHost, identity.subject, identity.application ?? "-", identity.expiresAt)
+        // README: end
+        // README: begin
+        let auth0 = RemoteJWTVerifier(
+            source: .oidc(issuer: "https://tenant.eu.auth0.com/"),
+            store: store,
+            policy: ClaimsPolicy(audiences: ["my-api"]))
+        let verified = try await auth0.verify(jwt)
+        print(verified.claims.subject ?? "-")
+        await fetcher.shutdown()
+        // README: end
     }
 
     /// Every ```swift block of the README that is library code appears here verbatim.
