@@ -1,0 +1,182 @@
+import Crypto
+public import Foundation
+import SwiftASN1
+public import X509
+
+/// The CA's certificates and the key that signs peer certificates.
+///
+/// A CA is a self-signed root, and optionally an intermediate that does the issuing so the root
+/// key can stay offline. ``create(name:algorithm:withIntermediate:rootValidity:intermediateValidity:now:)``
+/// makes new material; ``init(rootPEM:issuerCertificatePEM:issuerKeyPEM:)`` loads existing PEM.
+///
+/// ```swift
+/// let material = try CertificateAuthority.create(name: "Example devices", algorithm: .p256, withIntermediate: true)
+/// let ca = material.authority   // signs with the intermediate; material.rootKey can go offline
+/// ```
+public struct CertificateAuthority: Sendable {
+    /// The self-signed root that peers trust.
+    public let root: Certificate
+    /// The certificate of the key that signs peer certificates: the intermediate, or the root.
+    public let issuer: Certificate
+    /// The issuing key (private).
+    let issuerKey: Certificate.PrivateKey
+    /// The algorithm the issuing key signs with.
+    public let signatureAlgorithm: Certificate.SignatureAlgorithm
+
+    /// Certificates to send after a leaf: the intermediate (if any); never the root.
+    public var intermediates: [Certificate] { issuer == root ? [] : [issuer] }
+
+    /// New CA material, generated in memory.
+    public struct Material: Sendable {
+        /// The CA that issues with the material's issuing key.
+        public let authority: CertificateAuthority
+        /// The root's private key (the same as the issuing key when there is no intermediate).
+        public let rootKey: Certificate.PrivateKey
+        /// The intermediate's private key, if one was made.
+        public let intermediateKey: Certificate.PrivateKey?
+    }
+
+    /// Creates a root (and an intermediate that issues) with new keys of `algorithm`.
+    public static func create(
+        name: String, algorithm: CAKeyAlgorithm = .p256, withIntermediate: Bool = false,
+        rootValidity: TimeInterval = 10 * 365 * 86_400, intermediateValidity: TimeInterval = 2 * 365 * 86_400, now: Date = Date()
+    ) throws(PeerCAError) -> Material {
+        guard !name.isEmpty, name.count <= 64 else { throw PeerCAError(.invalidCAMaterial, "the CA name must have 1 to 64 characters") }
+        let rootKey = try algorithm.generate()
+        let rootName: DistinguishedName
+        do {
+            rootName = try DistinguishedName {
+                OrganizationName(name)
+                CommonName("\(name) root CA")
+            }
+        } catch { throw PeerCAError(.invalidCAMaterial, "cannot build the root's name") }
+        let root = try makeCACertificate(
+            subject: rootName, publicKey: rootKey.publicKey, issuer: rootName, issuerKey: rootKey, issuerSKI: nil,
+            pathLength: withIntermediate ? 1 : 0, notBefore: now.addingTimeInterval(-300), notAfter: now.addingTimeInterval(rootValidity))
+        guard withIntermediate else {
+            let authority = try CertificateAuthority(root: root, issuer: root, issuerKey: rootKey)
+            return Material(authority: authority, rootKey: rootKey, intermediateKey: nil)
+        }
+        let intermediateKey = try algorithm.generate()
+        let intermediateName: DistinguishedName
+        do {
+            intermediateName = try DistinguishedName {
+                OrganizationName(name)
+                CommonName("\(name) issuing CA")
+            }
+        } catch { throw PeerCAError(.invalidCAMaterial, "cannot build the intermediate's name") }
+        let intermediate = try makeCACertificate(
+            subject: intermediateName, publicKey: intermediateKey.publicKey, issuer: rootName, issuerKey: rootKey,
+            issuerSKI: SubjectKeyIdentifier(hash: rootKey.publicKey).keyIdentifier, pathLength: 0,
+            notBefore: now.addingTimeInterval(-300), notAfter: now.addingTimeInterval(min(intermediateValidity, rootValidity)))
+        let authority = try CertificateAuthority(root: root, issuer: intermediate, issuerKey: intermediateKey)
+        return Material(authority: authority, rootKey: rootKey, intermediateKey: intermediateKey)
+    }
+
+    /// A CA from its root and issuing certificate and key. The key must match the issuing
+    /// certificate, which must be a CA certificate that chains to the root.
+    public init(root: Certificate, issuer: Certificate, issuerKey: Certificate.PrivateKey) throws(PeerCAError) {
+        guard issuerKey.publicKey == issuer.publicKey else {
+            throw PeerCAError(.invalidCAMaterial, "the issuing key does not match the issuing certificate")
+        }
+        guard case .isCertificateAuthority? = try? issuer.extensions.basicConstraints else {
+            throw PeerCAError(.invalidCAMaterial, "the issuing certificate is not a CA certificate (basicConstraints CA:TRUE)")
+        }
+        guard root.issuer == root.subject, root.publicKey.isValidSignature(root.signature, for: root) else {
+            throw PeerCAError(.invalidCAMaterial, "the root certificate is not self-signed")
+        }
+        if issuer != root {
+            guard issuer.issuer == root.subject, root.publicKey.isValidSignature(issuer.signature, for: issuer) else {
+                throw PeerCAError(.invalidCAMaterial, "the issuing certificate was not signed by the root")
+            }
+        }
+        self.root = root
+        self.issuer = issuer
+        self.issuerKey = issuerKey
+        self.signatureAlgorithm = PublicKeyKind(issuer.publicKey).signatureAlgorithm
+    }
+
+    /// Loads a CA from PEM: the root certificate, the issuing certificate (the same text as the
+    /// root when the root issues) and the issuing key (PKCS#8, SEC1 or PKCS#1).
+    public init(rootPEM: String, issuerCertificatePEM: String, issuerKeyPEM: String) throws(PeerCAError) {
+        let root: Certificate, issuer: Certificate, key: Certificate.PrivateKey
+        do { root = try Certificate(pemEncoded: rootPEM) } catch { throw PeerCAError(.invalidCAMaterial, "the root is not a PEM certificate") }
+        do { issuer = try Certificate(pemEncoded: issuerCertificatePEM) } catch {
+            throw PeerCAError(.invalidCAMaterial, "the issuing certificate is not a PEM certificate")
+        }
+        do { key = try Certificate.PrivateKey(pemEncoded: issuerKeyPEM) } catch {
+            throw PeerCAError(.invalidCAMaterial, "the issuing key is not a PEM private key")
+        }
+        try self.init(root: root, issuer: issuer, issuerKey: key)
+    }
+
+    /// Signs `bytes` with the issuing key (for CRLs and OCSP responses).
+    func sign(_ bytes: [UInt8]) throws(PeerCAError) -> [UInt8] {
+        do { return try issuerKey.sign(bytes: bytes, signatureAlgorithm: signatureAlgorithm).rawRepresentation } catch {
+            throw PeerCAError(.invalidCAMaterial, "the issuing key could not sign")
+        }
+    }
+
+    static func makeCACertificate(
+        subject: DistinguishedName, publicKey: Certificate.PublicKey, issuer: DistinguishedName, issuerKey: Certificate.PrivateKey,
+        issuerSKI: ArraySlice<UInt8>?, pathLength: Int, notBefore: Date, notAfter: Date
+    ) throws(PeerCAError) -> Certificate {
+        do {
+            let extensions = try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: pathLength))
+                Critical(KeyUsage(digitalSignature: true, keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(hash: publicKey)
+                if let issuerSKI { AuthorityKeyIdentifier(keyIdentifier: issuerSKI) }
+            }
+            return try Certificate(
+                version: .v3, serialNumber: SerialNumbers.random(), publicKey: publicKey, notValidBefore: notBefore, notValidAfter: notAfter,
+                issuer: issuer, subject: subject, signatureAlgorithm: PublicKeyKind(issuerKey.publicKey).signatureAlgorithm,
+                extensions: extensions, issuerPrivateKey: issuerKey)
+        } catch {
+            throw PeerCAError(.invalidCAMaterial, "cannot sign the CA certificate (\(error))")
+        }
+    }
+}
+
+/// Random certificate serial numbers.
+enum SerialNumbers {
+    /// 16 random bytes (127 bits of randomness): positive, never starting with a zero byte, so the
+    /// DER INTEGER is always 16 bytes long.
+    static func random() -> Certificate.SerialNumber {
+        var generator = SystemRandomNumberGenerator()
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        bytes[0] = (bytes[0] & 0x7f) | 0x01
+        return Certificate.SerialNumber(bytes: bytes)
+    }
+
+    static func hex(_ serial: Certificate.SerialNumber) -> String {
+        serial.bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func parse(_ hex: String) -> Certificate.SerialNumber? {
+        let text = hex.lowercased().replacingOccurrences(of: ":", with: "")
+        guard !text.isEmpty, text.count % 2 == 0, text.count <= 40 else { return nil }
+        var bytes: [UInt8] = []
+        var index = text.startIndex
+        while index < text.endIndex {
+            let next = text.index(index, offsetBy: 2)
+            guard let byte = UInt8(text[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        return Certificate.SerialNumber(bytes: bytes)
+    }
+}
+
+extension Certificate {
+    /// The certificate's DER encoding.
+    public var derBytes: [UInt8] {
+        var serializer = DER.Serializer()
+        return (try? serializer.serialize(self)).map { serializer.serializedBytes } ?? []
+    }
+
+    /// The certificate as PEM text.
+    public var pemString: String {
+        (try? serializeAsPEM().pemString).map { $0 + "\n" } ?? ""
+    }
+}

@@ -1,0 +1,100 @@
+public import Foundation
+
+/// One certificate as the ledger records it.
+public struct LedgerEntry: Sendable, Hashable {
+    /// Why a certificate was revoked (RFC 5280 CRLReason).
+    public enum RevocationReason: Int, Sendable, Hashable, CaseIterable {
+        case unspecified = 0, keyCompromise = 1, caCompromise = 2, affiliationChanged = 3, superseded = 4
+        case cessationOfOperation = 5, certificateHold = 6, privilegeWithdrawn = 9
+
+        /// The name used on the command line and in JSON (`keyCompromise`, …).
+        public var name: String { "\(self)" }
+        public init?(name: String) {
+            guard let match = RevocationReason.allCases.first(where: { $0.name.lowercased() == name.lowercased() }) else { return nil }
+            self = match
+        }
+    }
+
+    /// Valid, or revoked (when and why).
+    public enum Status: Sendable, Hashable {
+        case valid
+        case revoked(at: Date, reason: RevocationReason)
+    }
+
+    /// Serial number, lower-case hex.
+    public let serial: String
+    /// The SPIFFE ID (URI SAN) the certificate names.
+    public let subject: String
+    /// The CN (account user ID).
+    public let commonName: String
+    /// The token's `iss`, `sub` and `jti`.
+    public let tokenIssuer: String
+    public let tokenSubject: String
+    public let tokenID: String?
+    /// SHA-256 of the certified key's SubjectPublicKeyInfo, hex.
+    public let keyFingerprint: String
+    public let notBefore: Date
+    public let notAfter: Date
+    public let issuedAt: Date
+    /// The certificate, DER.
+    public let der: [UInt8]
+    public let status: Status
+
+    public init(
+        serial: String, subject: String, commonName: String, tokenIssuer: String, tokenSubject: String, tokenID: String?,
+        keyFingerprint: String, notBefore: Date, notAfter: Date, issuedAt: Date, der: [UInt8], status: Status = .valid
+    ) {
+        self.serial = serial
+        self.subject = subject
+        self.commonName = commonName
+        self.tokenIssuer = tokenIssuer
+        self.tokenSubject = tokenSubject
+        self.tokenID = tokenID
+        self.keyFingerprint = keyFingerprint
+        self.notBefore = notBefore
+        self.notAfter = notAfter
+        self.issuedAt = issuedAt
+        self.der = der
+        self.status = status
+    }
+}
+
+/// A token use the ledger must record at most once (issuer + `jti`).
+public struct TokenUse: Sendable, Hashable {
+    public let issuer: String
+    public let tokenID: String
+    public init(issuer: String, tokenID: String) {
+        self.issuer = issuer
+        self.tokenID = tokenID
+    }
+}
+
+/// Where issued certificates are recorded. ``record(_:claiming:)`` must be durable before it
+/// returns: the CA hands out nothing that is not in the ledger.
+///
+/// ``SQLiteLedger`` is the embedded default; a PostgreSQL store implements the same protocol
+/// for several CA instances sharing one ledger.
+public protocol CertificateLedger: Sendable {
+    /// Records a new certificate, and the token use when given, atomically. Throws
+    /// ``PeerCAError/Code/tokenReused`` when the use was recorded before, and a
+    /// ``LedgerConflict/serial`` error when the serial exists (the caller draws another).
+    func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError)
+    /// The certificate with this serial (hex), if any.
+    func entry(serial: String) async throws(PeerCAError) -> LedgerEntry?
+    /// Certificates whose SPIFFE ID or CN equals `subject`, newest first.
+    func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry]
+    /// The newest certificates, at most `limit`.
+    func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry]
+    /// Marks a certificate revoked (a second revocation keeps the first date and reason) and
+    /// returns it; ``PeerCAError/Code/notFound`` for an unknown serial.
+    func revoke(serial: String, reason: LedgerEntry.RevocationReason, at: Date) async throws(PeerCAError) -> LedgerEntry
+    /// Every revoked certificate that has not yet expired at `now`.
+    func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry]
+    /// A new CRL number, larger than every one returned before.
+    func nextCRLNumber() async throws(PeerCAError) -> Int64
+}
+
+/// The `message` a ledger uses for a serial that exists already.
+public enum LedgerConflict {
+    public static let serial = "serial exists"
+}

@@ -1,0 +1,188 @@
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+
+/// An RFC 6960 OCSP responder for the CA's own certificates, answering from the ledger.
+/// swift-certificates keeps its OCSP types internal, so requests and responses are read and
+/// written with swift-asn1 here.
+enum OCSPResponder {
+    static let sha1OID: ASN1ObjectIdentifier = [1, 3, 14, 3, 2, 26]
+    static let sha256OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 1]
+    static let nonceOID: ASN1ObjectIdentifier = [1, 3, 6, 1, 5, 5, 7, 48, 1, 2]
+    static let basicOID: ASN1ObjectIdentifier = [1, 3, 6, 1, 5, 5, 7, 48, 1, 1]
+
+    struct Query {
+        let certIDBytes: ArraySlice<UInt8>
+        let hashAlgorithm: ASN1ObjectIdentifier
+        let issuerNameHash: ArraySlice<UInt8>
+        let issuerKeyHash: ArraySlice<UInt8>
+        let serial: Certificate.SerialNumber
+    }
+
+    enum Status {
+        case good, unknown
+        case revoked(Date, LedgerEntry.RevocationReason)
+    }
+
+    /// Response status codes (RFC 6960 §4.2.1).
+    enum ResponseStatus: Int { case successful = 0, malformedRequest = 1, internalError = 2, unauthorized = 6 }
+
+    static func respond(to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval) async -> [UInt8] {
+        guard request.count <= 64 * 1024, let (queries, nonce) = try? parse(request), !queries.isEmpty, queries.count <= 32 else {
+            return errorResponse(.malformedRequest)
+        }
+        var items: [(ArraySlice<UInt8>, Status)] = []
+        for query in queries {
+            guard matchesIssuer(query, authority.issuer) else {
+                items.append((query.certIDBytes, .unknown))
+                continue
+            }
+            do {
+                let entry = try await ledger.entry(serial: SerialNumbers.hex(query.serial))
+                switch entry?.status {
+                case nil: items.append((query.certIDBytes, .unknown))
+                case .valid?: items.append((query.certIDBytes, .good))
+                case .revoked(let at, let reason)?: items.append((query.certIDBytes, .revoked(at, reason)))
+                }
+            } catch {
+                return errorResponse(.internalError)
+            }
+        }
+        do {
+            return try encode(items, nonce: nonce, authority: authority, now: now, validity: validity)
+        } catch {
+            return errorResponse(.internalError)
+        }
+    }
+
+    static func matchesIssuer(_ query: Query, _ issuer: Certificate) -> Bool {
+        var nameDER = DER.Serializer()
+        guard (try? nameDER.serialize(issuer.subject)) != nil else { return false }
+        let keyBits = issuer.publicKey.subjectPublicKeyInfoBytes
+        func hash(_ bytes: some DataProtocol) -> [UInt8]? {
+            switch query.hashAlgorithm {
+            case sha1OID: Array(Insecure.SHA1.hash(data: bytes))
+            case sha256OID: Array(SHA256.hash(data: bytes))
+            default: nil
+            }
+        }
+        return hash(nameDER.serializedBytes).map { $0[...] == query.issuerNameHash } == true
+            && hash(keyBits).map { $0[...] == query.issuerKeyHash } == true
+    }
+
+    static func parse(_ der: [UInt8]) throws -> ([Query], Certificate.Extension?) {
+        var queries: [Query] = []
+        var nonce: Certificate.Extension?
+        try DER.sequence(try DER.parse(der), identifier: .sequence) { nodes in
+            guard let tbs = nodes.next() else { throw ASN1Error.invalidASN1Object(reason: "tbsRequest") }
+            while nodes.next() != nil {}
+            try DER.sequence(tbs, identifier: .sequence) { nodes in
+                _ = try DER.optionalExplicitlyTagged(&nodes, tagNumber: 0, tagClass: .contextSpecific) { try Int(derEncoded: $0) }
+                _ = try DER.optionalExplicitlyTagged(&nodes, tagNumber: 1, tagClass: .contextSpecific) { $0 }
+                guard let list = nodes.next(), list.identifier == .sequence, case .constructed(let requests) = list.content else {
+                    throw ASN1Error.invalidASN1Object(reason: "requestList")
+                }
+                for request in requests {
+                    try DER.sequence(request, identifier: .sequence) { nodes in
+                        guard let certID = nodes.next() else { throw ASN1Error.invalidASN1Object(reason: "reqCert") }
+                        while nodes.next() != nil {}
+                        try DER.sequence(certID, identifier: .sequence) { nodes in
+                            guard let algorithm = nodes.next() else { throw ASN1Error.invalidASN1Object(reason: "hashAlgorithm") }
+                            let oid = try DER.sequence(algorithm, identifier: .sequence) { nodes in
+                                let oid = try ASN1ObjectIdentifier(derEncoded: &nodes)
+                                while nodes.next() != nil {}
+                                return oid
+                            }
+                            let nameHash = try ASN1OctetString(derEncoded: &nodes)
+                            let keyHash = try ASN1OctetString(derEncoded: &nodes)
+                            let serial = try ArraySlice<UInt8>(derEncoded: &nodes)
+                            queries.append(Query(
+                                certIDBytes: certID.encodedBytes, hashAlgorithm: oid, issuerNameHash: nameHash.bytes, issuerKeyHash: keyHash.bytes,
+                                serial: Certificate.SerialNumber(bytes: serial)))
+                        }
+                    }
+                }
+                if let extensions = try DER.optionalExplicitlyTagged(&nodes, tagNumber: 2, tagClass: .contextSpecific, { node in
+                    try DER.sequence(of: Certificate.Extension.self, identifier: .sequence, rootNode: node)
+                }) {
+                    nonce = extensions.first { $0.oid == nonceOID }
+                }
+            }
+        }
+        return (queries, nonce)
+    }
+
+    static func encode(
+        _ items: [(ArraySlice<UInt8>, Status)], nonce: Certificate.Extension?, authority: CertificateAuthority, now: Date, validity: TimeInterval
+    ) throws -> [UInt8] {
+        var data = DER.Serializer()
+        try data.appendConstructedNode(identifier: .sequence) { s in
+            // responderID byName [1]
+            try s.appendConstructedNode(identifier: ASN1Identifier(tagWithNumber: 1, tagClass: .contextSpecific)) { s in
+                try s.serialize(authority.issuer.subject)
+            }
+            try s.serialize(ASN1Support.generalizedTime(now))
+            try s.appendConstructedNode(identifier: .sequence) { s in
+                for (certID, status) in items {
+                    try s.appendConstructedNode(identifier: .sequence) { s in
+                        s.serializeRawBytes(certID)
+                        switch status {
+                        case .good:
+                            ASN1Null().serialize(into: &s, withIdentifier: ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific))
+                        case .unknown:
+                            ASN1Null().serialize(into: &s, withIdentifier: ASN1Identifier(tagWithNumber: 2, tagClass: .contextSpecific))
+                        case .revoked(let at, let reason):
+                            try s.appendConstructedNode(identifier: ASN1Identifier(tagWithNumber: 1, tagClass: .contextSpecific)) { s in
+                                try s.serialize(ASN1Support.generalizedTime(at))
+                                try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
+                                    try reason.rawValue.serialize(into: &s, withIdentifier: .enumerated)
+                                }
+                            }
+                        }
+                        try s.serialize(ASN1Support.generalizedTime(now))
+                        try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
+                            try s.serialize(ASN1Support.generalizedTime(now.addingTimeInterval(validity)))
+                        }
+                    }
+                }
+            }
+            if let nonce {
+                try s.serialize(explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific) { s in try s.serializeSequenceOf([nonce]) }
+            }
+        }
+        let tbs = data.serializedBytes
+        let signature = try authority.sign(tbs)
+        var basic = DER.Serializer()
+        try basic.appendConstructedNode(identifier: .sequence) { s in
+            s.serializeRawBytes(tbs)
+            try ASN1Support.writeAlgorithm(authority.signatureAlgorithm, into: &s)
+            try s.serialize(ASN1BitString(bytes: signature[...]))
+            if authority.issuer != authority.root {
+                // The responder is the intermediate: include it so clients can check its signature.
+                try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
+                    try s.serializeSequenceOf([authority.issuer])
+                }
+            }
+        }
+        var out = DER.Serializer()
+        try out.appendConstructedNode(identifier: .sequence) { s in
+            try ResponseStatus.successful.rawValue.serialize(into: &s, withIdentifier: .enumerated)
+            try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
+                try s.appendConstructedNode(identifier: .sequence) { s in
+                    try s.serialize(basicOID)
+                    try s.serialize(ASN1OctetString(contentBytes: basic.serializedBytes[...]))
+                }
+            }
+        }
+        return out.serializedBytes
+    }
+
+    static func errorResponse(_ status: ResponseStatus) -> [UInt8] {
+        var out = DER.Serializer()
+        try? out.appendConstructedNode(identifier: .sequence) { s in
+            try status.rawValue.serialize(into: &s, withIdentifier: .enumerated)
+        }
+        return out.serializedBytes
+    }
+}

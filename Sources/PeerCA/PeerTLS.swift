@@ -1,0 +1,91 @@
+import NIOCore
+public import NIOSSL
+import X509
+
+/// Mutual TLS between devices holding peer certificates: builds swift-nio-ssl handlers from a
+/// device's key and certificate chain, presenting them and verifying the other side with a
+/// ``PeerVerifier`` (chain to the CA roots, trust domain, EKU, revocation) instead of
+/// host-name checks — peers are named by SPIFFE IDs, not DNS names.
+///
+/// ```swift
+/// let tls = try PeerTLS(certificateChainPEM: issued.chainPEM, privateKeyPEM: deviceKeyPEM,
+///                       verifier: PeerVerifier(roots: [root], trustDomain: "app-1234"))
+/// // in a channel initializer:
+/// try channel.pipeline.syncOperations.addHandler(tls.makeServerHandler { peer in print(peer.spiffeID) })
+/// ```
+public struct PeerTLS: Sendable {
+    public let verifier: PeerVerifier
+    private let serverContext: NIOSSLContext
+    private let clientContext: NIOSSLContext
+
+    /// The TLS configuration the server side uses (TLS 1.2+, client certificate required).
+    public let serverConfiguration: TLSConfiguration
+    /// The TLS configuration the client side uses (TLS 1.2+, presents the certificate).
+    public let clientConfiguration: TLSConfiguration
+
+    public init(certificateChainPEM: String, privateKeyPEM: String, verifier: PeerVerifier) throws(PeerCAError) {
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do { chain = try NIOSSLCertificate.fromPEMBytes(Array(certificateChainPEM.utf8)) } catch {
+            throw PeerCAError(.invalidCAMaterial, "the device certificate chain is not PEM")
+        }
+        guard !chain.isEmpty else { throw PeerCAError(.invalidCAMaterial, "the device certificate chain is empty") }
+        do { key = try NIOSSLPrivateKey(bytes: Array(privateKeyPEM.utf8), format: .pem) } catch {
+            throw PeerCAError(.invalidCAMaterial, "the device key is not a PEM private key")
+        }
+        let roots: [NIOSSLCertificate]
+        do { roots = try verifier.roots.map { try NIOSSLCertificate(bytes: $0.derBytes, format: .der) } } catch {
+            throw PeerCAError(.invalidCAMaterial, "a CA root cannot be used by TLS")
+        }
+        var server = TLSConfiguration.makeServerConfigurationWithMTLS(
+            certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key), trustRoots: .certificates(roots))
+        server.minimumTLSVersion = .tlsv12
+        var client = TLSConfiguration.makeClientConfiguration()
+        client.certificateChain = chain.map { .certificate($0) }
+        client.privateKey = .privateKey(key)
+        client.trustRoots = .certificates(roots)
+        client.certificateVerification = .noHostnameVerification
+        client.minimumTLSVersion = .tlsv12
+        do {
+            serverContext = try NIOSSLContext(configuration: server)
+            clientContext = try NIOSSLContext(configuration: client)
+        } catch {
+            throw PeerCAError(.invalidCAMaterial, "the device key and certificate cannot be used for TLS (\(error))")
+        }
+        self.serverConfiguration = server
+        self.clientConfiguration = client
+        self.verifier = verifier
+    }
+
+    /// A handler for the accepting side; `onPeer` receives the verified identity of the device
+    /// that connected (the handshake fails for any other).
+    public func makeServerHandler(onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }) -> NIOSSLServerHandler {
+        NIOSSLServerHandler(context: serverContext, customVerificationCallback: callback(role: .client, onPeer))
+    }
+
+    /// A handler for the connecting side; `onPeer` receives the verified identity of the device
+    /// connected to.
+    public func makeClientHandler(onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }) throws(PeerCAError) -> NIOSSLClientHandler {
+        do {
+            return try NIOSSLClientHandler(context: clientContext, serverHostname: nil, customVerificationCallback: callback(role: .server, onPeer))
+        } catch {
+            throw PeerCAError(.invalidCAMaterial, "cannot create the TLS client handler (\(error))")
+        }
+    }
+
+    private func callback(role: PeerVerifier.Role, _ onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) -> NIOSSLCustomVerificationCallback {
+        let verifier = self.verifier
+        return { certificates, promise in
+            let der = certificates.compactMap { try? $0.toDERBytes() }
+            Task {
+                do {
+                    let identity = try await verifier.verify(derChain: der, role: role)
+                    onPeer(identity)
+                    promise.succeed(.certificateVerified)
+                } catch {
+                    promise.succeed(.failed)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+public import Foundation
+import SwiftASN1
+public import X509
+
+/// Who a verified peer certificate says the peer is.
+public struct PeerCertificateIdentity: Sendable, Hashable {
+    /// The SPIFFE ID from the URI SAN.
+    public let spiffeID: String
+    /// Its trust domain.
+    public let trustDomain: String
+    /// Its path (without the leading `/`).
+    public let path: String
+    /// The CN (account user ID), if present.
+    public let commonName: String?
+    /// Serial number, lower-case hex.
+    public let serial: String
+    public let notAfter: Date
+}
+
+/// Checks certificates that peers present: the chain must verify to one of the CA roots under
+/// RFC 5280 (swift-certificates' `Verifier`), and the leaf must satisfy our policy — exactly one
+/// SPIFFE URI SAN in the expected trust domain, EKU for the role (clientAuth for a peer that
+/// connects to us, serverAuth for one we connect to), `CA:FALSE`, not revoked per the latest CRL.
+///
+/// ```swift
+/// let verifier = PeerVerifier(roots: [caRoot], trustDomain: "app-1234.peers.example", revocations: crl)
+/// let peer = try await verifier.verify(chain: presentedChain, role: .client)
+/// print(peer.spiffeID)
+/// ```
+public struct PeerVerifier: Sendable {
+    /// Which side the peer plays in the TLS connection.
+    public enum Role: Sendable {
+        /// The peer connected to us: its certificate needs EKU clientAuth.
+        case client
+        /// We connected to the peer: its certificate needs EKU serverAuth.
+        case server
+    }
+
+    public let roots: [Certificate]
+    /// Expected trust domain; nil accepts any trust domain (still one SPIFFE URI SAN).
+    public let trustDomain: String?
+    /// The latest CRL, already verified against its CA.
+    public let revocations: RevocationList?
+
+    public init(roots: [Certificate], trustDomain: String? = nil, revocations: RevocationList? = nil) {
+        self.roots = roots
+        self.trustDomain = trustDomain
+        self.revocations = revocations
+    }
+
+    /// Verifies a presented chain (leaf first) and returns the peer's identity.
+    public func verify(chain: [Certificate], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
+        guard let leaf = chain.first else { throw PeerCAError(.untrustedPeer, "the peer presented no certificate") }
+        var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
+            RFC5280Policy()
+            PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations)
+        }
+        var diagnostics: [String] = []
+        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(chain.dropFirst())) { diagnostic in
+            diagnostics.append("\(diagnostic)")
+        }
+        switch result {
+        case .validCertificate:
+            break
+        case .couldNotValidate(let failures):
+            let reasons = failures.map { "\($0.policyFailureReason)" }
+            if reasons.contains(where: { $0.contains("revoked") }) {
+                throw PeerCAError(.revoked, "the peer's certificate \(SerialNumbers.hex(leaf.serialNumber)) is revoked")
+            }
+            let detail = reasons.isEmpty ? "it does not chain to a trusted root" : reasons.joined(separator: "; ")
+            throw PeerCAError(.untrustedPeer, "the peer's certificate is not acceptable: \(detail.prefix(400))")
+        }
+        guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri) else {
+            throw PeerCAError(.untrustedPeer, "the peer's certificate has no SPIFFE ID")
+        }
+        let commonName = leaf.subject.flatMap { $0 }.first { $0.type == .RDNAttributeType.commonName }.flatMap { String($0.value) }
+        return PeerCertificateIdentity(
+            spiffeID: uri, trustDomain: parts.trustDomain, path: parts.path, commonName: commonName,
+            serial: SerialNumbers.hex(leaf.serialNumber), notAfter: leaf.notValidAfter)
+    }
+
+    /// Verifies a chain given as DER certificates (what TLS hands over), leaf first.
+    public func verify(derChain: [[UInt8]], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
+        var chain: [Certificate] = []
+        for der in derChain {
+            do { chain.append(try Certificate(derEncoded: der)) } catch { throw PeerCAError(.untrustedPeer, "the peer sent a malformed certificate") }
+        }
+        return try await verify(chain: chain, role: role)
+    }
+}
+
+/// Our policy on top of RFC 5280, for the leaf.
+struct PeerLeafPolicy: VerifierPolicy {
+    let trustDomain: String?
+    let role: PeerVerifier.Role
+    let revocations: RevocationList?
+
+    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [
+        .X509ExtensionID.extendedKeyUsage, .X509ExtensionID.subjectAlternativeName, .X509ExtensionID.keyUsage,
+    ]
+
+    static func spiffeURI(_ leaf: Certificate) -> String? {
+        guard let names = try? leaf.extensions.subjectAlternativeNames else { return nil }
+        let uris = names.compactMap { name -> String? in
+            if case .uniformResourceIdentifier(let uri) = name { return uri }
+            return nil
+        }
+        guard uris.count == 1, let uri = uris.first, uri.hasPrefix("spiffe://") else { return nil }
+        return uri
+    }
+
+    func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
+        let leaf = chain.leaf
+        if case .isCertificateAuthority? = try? leaf.extensions.basicConstraints {
+            return .failsToMeetPolicy(reason: "the leaf is a CA certificate")
+        }
+        guard let usage = try? leaf.extensions.extendedKeyUsage else {
+            return .failsToMeetPolicy(reason: "the leaf has no extended key usage")
+        }
+        let needed: ExtendedKeyUsage.Usage = role == .client ? .clientAuth : .serverAuth
+        guard usage.contains(needed) else {
+            return .failsToMeetPolicy(reason: "the leaf's extended key usage lacks \(role == .client ? "clientAuth" : "serverAuth")")
+        }
+        guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri) else {
+            return .failsToMeetPolicy(reason: "the leaf does not name exactly one SPIFFE ID")
+        }
+        if let trustDomain, parts.trustDomain != trustDomain {
+            return .failsToMeetPolicy(reason: "the leaf's trust domain is \(parts.trustDomain), not \(trustDomain)")
+        }
+        if let revocations, revocations.isRevoked(leaf.serialNumber) {
+            return .failsToMeetPolicy(reason: "the leaf is revoked")
+        }
+        return .meetsPolicy
+    }
+}

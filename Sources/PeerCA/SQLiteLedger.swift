@@ -1,0 +1,161 @@
+public import Foundation
+import GRDB
+
+/// The issuance ledger in one SQLite file (WAL, `synchronous = FULL`: a recorded certificate
+/// survives a crash or power loss).
+///
+/// ```swift
+/// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
+/// ```
+public final class SQLiteLedger: CertificateLedger {
+    private let pool: DatabasePool
+
+    /// Opens (creating if needed) the ledger at `path` and brings its schema up to date.
+    public init(path: String) throws(PeerCAError) {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+            var migrator = DatabaseMigrator()
+            migrator.registerMigration("v1") { db in
+                try db.execute(sql: """
+                    CREATE TABLE certificates (
+                        serial TEXT PRIMARY KEY NOT NULL,
+                        subject TEXT NOT NULL,
+                        common_name TEXT NOT NULL,
+                        token_issuer TEXT NOT NULL,
+                        token_subject TEXT NOT NULL,
+                        token_id TEXT,
+                        key_fingerprint TEXT NOT NULL,
+                        not_before REAL NOT NULL,
+                        not_after REAL NOT NULL,
+                        issued_at REAL NOT NULL,
+                        der BLOB NOT NULL,
+                        revoked_at REAL,
+                        revocation_reason INTEGER
+                    );
+                    CREATE INDEX certificates_subject ON certificates(subject);
+                    CREATE INDEX certificates_common_name ON certificates(common_name);
+                    CREATE TABLE token_uses (
+                        issuer TEXT NOT NULL,
+                        token_id TEXT NOT NULL,
+                        serial TEXT NOT NULL REFERENCES certificates(serial),
+                        PRIMARY KEY (issuer, token_id)
+                    );
+                    CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+                    """)
+            }
+            try migrator.migrate(pool)
+        } catch {
+            throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
+        do {
+            try await pool.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                            not_before, not_after, issued_at, der) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
+                        entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
+                        entry.issuedAt.timeIntervalSince1970, Data(entry.der),
+                    ])
+                if let use {
+                    try db.execute(
+                        sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)", arguments: [use.issuer, use.tokenID, entry.serial])
+                }
+            }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            if error.message?.contains("token_uses") == true {
+                throw PeerCAError(.tokenReused, "this token (jti) was already used for a certificate")
+            }
+            throw PeerCAError(.ledger, LedgerConflict.serial)
+        } catch {
+            throw PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    public func entry(serial: String) async throws(PeerCAError) -> LedgerEntry? {
+        try await select("WHERE serial = ?", [serial.lowercased()]).first
+    }
+
+    public func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry] {
+        try await select("WHERE subject = ? OR common_name = ? ORDER BY issued_at DESC", [subject, subject])
+    }
+
+    public func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry] {
+        try await select("ORDER BY issued_at DESC LIMIT ?", [max(0, limit)])
+    }
+
+    public func revoke(serial: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> LedgerEntry {
+        let serial = serial.lowercased()
+        do {
+            let changed = try await pool.write { db -> Int in
+                try db.execute(
+                    sql: "UPDATE certificates SET revoked_at = ?, revocation_reason = ? WHERE serial = ? AND revoked_at IS NULL",
+                    arguments: [date.timeIntervalSince1970, reason.rawValue, serial])
+                return db.changesCount
+            }
+            _ = changed
+        } catch {
+            throw PeerCAError(.ledger, "cannot revoke: \(SQLiteLedger.describe(error))")
+        }
+        guard let entry = try await entry(serial: serial) else { throw PeerCAError(.notFound, "no certificate has serial \(serial.prefix(40))") }
+        return entry
+    }
+
+    public func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry] {
+        try await select("WHERE revoked_at IS NOT NULL AND not_after > ? ORDER BY revoked_at", [now.timeIntervalSince1970])
+    }
+
+    public func nextCRLNumber() async throws(PeerCAError) -> Int64 {
+        do {
+            return try await pool.write { db -> Int64 in
+                try db.execute(sql: "INSERT INTO counters (name, value) VALUES ('crl', 1) ON CONFLICT(name) DO UPDATE SET value = value + 1")
+                return try Int64.fetchOne(db, sql: "SELECT value FROM counters WHERE name = 'crl'") ?? 1
+            }
+        } catch {
+            throw PeerCAError(.ledger, "cannot allocate a CRL number: \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    private func select(_ clause: String, _ arguments: StatementArguments) async throws(PeerCAError) -> [LedgerEntry] {
+        do {
+            return try await pool.read { db in
+                try Row.fetchAll(db, sql: "SELECT * FROM certificates " + clause, arguments: arguments).map { row in
+                    let der = try row.decode(Data.self, forColumn: "der")
+                    let revokedAt = try row.decode(Double?.self, forColumn: "revoked_at")
+                    let reason = try row.decode(Int?.self, forColumn: "revocation_reason")
+                    let status: LedgerEntry.Status = revokedAt.map {
+                        .revoked(at: Date(timeIntervalSince1970: $0), reason: reason.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
+                    } ?? .valid
+                    return LedgerEntry(
+                        serial: try row.decode(String.self, forColumn: "serial"), subject: try row.decode(String.self, forColumn: "subject"),
+                        commonName: try row.decode(String.self, forColumn: "common_name"),
+                        tokenIssuer: try row.decode(String.self, forColumn: "token_issuer"),
+                        tokenSubject: try row.decode(String.self, forColumn: "token_subject"),
+                        tokenID: try row.decode(String?.self, forColumn: "token_id"),
+                        keyFingerprint: try row.decode(String.self, forColumn: "key_fingerprint"),
+                        notBefore: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_before")),
+                        notAfter: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_after")),
+                        issuedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "issued_at")),
+                        der: Array(der), status: status)
+                }
+            }
+        } catch {
+            throw PeerCAError(.ledger, "cannot read the ledger: \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? DatabaseError { return "SQLite \(error.resultCode): \(error.message ?? "")" }
+        return "\(error)"
+    }
+}
