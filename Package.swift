@@ -114,6 +114,17 @@ let package = Package(
             exclude: ["keyserver.py"],
             swiftSettings: strictSettings
         ),
+        .testTarget(
+            name: "PeerCATests",
+            dependencies: [
+                "PeerCA", "TokenKit", "TestSupport",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictSettings
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

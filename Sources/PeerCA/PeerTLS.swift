@@ -40,12 +40,14 @@ public struct PeerTLS: Sendable {
         var server = TLSConfiguration.makeServerConfigurationWithMTLS(
             certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key), trustRoots: .certificates(roots))
         server.minimumTLSVersion = .tlsv12
+        server.verifySignatureAlgorithms = PeerTLS.signatureAlgorithms
         var client = TLSConfiguration.makeClientConfiguration()
         client.certificateChain = chain.map { .certificate($0) }
         client.privateKey = .privateKey(key)
         client.trustRoots = .certificates(roots)
         client.certificateVerification = .noHostnameVerification
         client.minimumTLSVersion = .tlsv12
+        client.verifySignatureAlgorithms = PeerTLS.signatureAlgorithms
         do {
             serverContext = try NIOSSLContext(configuration: server)
             clientContext = try NIOSSLContext(configuration: client)
@@ -72,6 +74,13 @@ public struct PeerTLS: Sendable {
             throw PeerCAError(.invalidCAMaterial, "cannot create the TLS client handler (\(error))")
         }
     }
+
+    /// What peers may sign the handshake with: every key type the CA certifies. BoringSSL leaves
+    /// Ed25519 out by default, which would make devices with Ed25519 keys unreachable.
+    static let signatureAlgorithms: [SignatureAlgorithm] = [
+        .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .ed25519, .rsaPssRsaeSha256, .rsaPssRsaeSha384, .rsaPssRsaeSha512,
+        .rsaPkcs1Sha256, .rsaPkcs1Sha384, .rsaPkcs1Sha512,
+    ]
 
     private func callback(role: PeerVerifier.Role, _ onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) -> NIOSSLCustomVerificationCallback {
         let verifier = self.verifier

@@ -1,0 +1,148 @@
+import Foundation
+@testable import PeerCA
+import Testing
+import TokenKit
+import X509
+
+@Suite("PeerCA issuance, interoperating with the openssl binary")
+struct IssuanceTests {
+    @Test(arguments: ["p256", "p384", "rsa2048", "ed25519"])
+    func opensslCSRsAreIssuedAndVerifyInOpenSSL(keyType: String) async throws {
+        let openssl = try OpenSSL()
+        let test = try TestCA()
+        let csr = try openssl.csr(keyType, name: "device")
+        let now = Date().timeIntervalSince1970
+        let token = try Tokens.verified(Tokens.claims(sub: "user-42", extra: ["name": .string("Ada")]), now: now)
+        let issued = try await test.ca.issue(token: token, csr: csr)
+
+        // The identity comes from the token; every name the CSR asked for is ignored.
+        let leaf = issued.certificate
+        #expect(issued.identity.spiffeID == "spiffe://app-1234.peers.example/idp.example/user-42")
+        let names = try #require(try leaf.extensions.subjectAlternativeNames)
+        #expect(Array(names) == [.uniformResourceIdentifier("spiffe://app-1234.peers.example/idp.example/user-42")])
+        #expect(leaf.subject.description.contains("CN=user-42"))
+        #expect(!leaf.subject.description.contains("Evil"))
+        #expect(try leaf.extensions.basicConstraints == .notCertificateAuthority)
+        #expect(try leaf.extensions.keyUsage == KeyUsage(digitalSignature: true))
+        #expect(try leaf.extensions.extendedKeyUsage == ExtendedKeyUsage([.serverAuth, .clientAuth]))
+        #expect(try leaf.extensions.subjectKeyIdentifier != nil)
+        #expect(try leaf.extensions.authorityKeyIdentifier?.keyIdentifier == test.material.authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
+        #expect(leaf.serialNumber.bytes.count == 16)
+        // notBefore back-dated 5 minutes; notAfter capped by the token's exp (1 h) under the 24 h maximum.
+        #expect(abs(leaf.notValidBefore.timeIntervalSince1970 - (now - 300)) < 5)
+        #expect(abs(leaf.notValidAfter.timeIntervalSince1970 - (now + 3600)) < 5)
+
+        // openssl accepts the chain, for client and server use.
+        try openssl.write("root.pem", test.root.pemString)
+        try openssl.write("chain.pem", issued.chainPEM)
+        try openssl.write("leaf.pem", leaf.pemString)
+        try openssl.write("intermediate.pem", test.material.authority.issuer.pemString)
+        for purpose in ["sslclient", "sslserver"] {
+            let verify = try openssl.run(["verify", "-purpose", purpose, "-CAfile", "root.pem", "-untrusted", "intermediate.pem", "leaf.pem"])
+            #expect(verify.status == 0, "\(verify.output)")
+            #expect(verify.output.contains("leaf.pem: OK"))
+        }
+        let text = try openssl.must(["x509", "-in", "leaf.pem", "-noout", "-text"])
+        #expect(text.contains("CA:FALSE"))
+        #expect(text.contains("TLS Web Server Authentication, TLS Web Client Authentication"))
+        #expect(!text.contains("evil.example"))
+
+        // Recorded before it was returned.
+        let entry = try #require(try await test.ca.ledger.entry(serial: issued.serial))
+        #expect(entry.der == leaf.derBytes)
+        #expect(entry.subject == issued.identity.spiffeID)
+        #expect(entry.commonName == "user-42")
+        #expect(entry.tokenIssuer == "https://idp.example/")
+        #expect(entry.tokenID == token.claims.id)
+        #expect(entry.keyFingerprint == leaf.publicKey.sha256Fingerprint)
+        #expect(entry.status == .valid)
+        #expect(try await test.ca.ledger.entries(subject: issued.identity.spiffeID).map(\.serial) == [issued.serial])
+        #expect(try await test.ca.ledger.entries(subject: "user-42").map(\.serial) == [issued.serial])
+    }
+
+    @Test(arguments: [CAKeyAlgorithm.p384, .ed25519, .rsa3072])
+    func caKeyTypes(algorithm: CAKeyAlgorithm) async throws {
+        let openssl = try OpenSSL()
+        let test = try TestCA(algorithm: algorithm, intermediate: false)
+        let issued = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: try openssl.csr("p256", name: "d"))
+        #expect(issued.chain.count == 1)
+        try openssl.write("root.pem", test.root.pemString)
+        try openssl.write("leaf.pem", issued.certificate.pemString)
+        let verify = try openssl.run(["verify", "-CAfile", "root.pem", "leaf.pem"])
+        #expect(verify.status == 0, "\(algorithm): \(verify.output)")
+    }
+
+    @Test func validityIsTheEarliestOfPolicyTokenAndRequest() async throws {
+        let openssl = try OpenSSL()
+        let csr = try openssl.csr("p256", name: "d")
+        let now = Date().timeIntervalSince1970
+        let test = try TestCA { $0.maximumValidity = 600 }
+        let long = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(lifetime: 7 * 86_400)), csr: csr)
+        #expect(abs(long.notAfter.timeIntervalSince1970 - (now + 600)) < 5)
+        let requested = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr, validity: 60)
+        #expect(abs(requested.notAfter.timeIntervalSince1970 - (now + 60)) < 5)
+        let short = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(lifetime: 120)), csr: csr)
+        #expect(abs(short.notAfter.timeIntervalSince1970 - (now + 120)) < 5)
+        await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr, validity: -1) }
+        // Serials are unique.
+        #expect(Set([long.serial, requested.serial, short.serial]).count == 3)
+    }
+
+    @Test func tokenReusePolicyIsPerIssuer() async throws {
+        let openssl = try OpenSSL()
+        let csr = try openssl.csr("p256", name: "d")
+        let test = try TestCA { $0.tokenReuse = ["https://once.example/": .oncePerTokenID] }
+        let once = try Tokens.verified(Tokens.claims(iss: "https://once.example/", jti: "t-1"))
+        _ = try await test.ca.issue(token: once, csr: csr)
+        let again = await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: once, csr: csr) }
+        #expect(again?.code == .tokenReused)
+        // The refused attempt left nothing behind.
+        #expect(try await test.ca.ledger.recent(limit: 10).count == 1)
+        let noJTI = await #expect(throws: PeerCAError.self) {
+            _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(iss: "https://once.example/", jti: nil)), csr: csr)
+        }
+        #expect(noJTI?.code == .policyViolation)
+        // Another issuer, unlimited by default: the same jti twice is fine.
+        let many = try Tokens.verified(Tokens.claims(iss: "https://many.example/", jti: "t-1"))
+        _ = try await test.ca.issue(token: many, csr: csr)
+        _ = try await test.ca.issue(token: many, csr: csr)
+        #expect(try await test.ca.ledger.recent(limit: 10).count == 3)
+    }
+
+    @Test func identityPolicy() async throws {
+        let openssl = try OpenSSL()
+        let csr = try openssl.csr("p256", name: "d")
+        let now = Date().timeIntervalSince1970
+        let test = try TestCA {
+            $0.requiredFactors = 2
+            $0.maximumSignInAge = 600
+            $0.permissionsClaim = "scope"
+        }
+        let good = try Tokens.verified(Tokens.claims(extra: [
+            "amr": .array([.string("pwd"), .string("otp")]), "auth_time": .integer(Int(now) - 60), "scope": .string("read write"),
+        ]))
+        let issued = try await test.ca.issue(token: good, csr: csr)
+        #expect(issued.identity.factors.map(\.method) == ["pwd", "otp"])
+        #expect(issued.identity.permissions == ["read", "write"])
+        #expect(issued.identity.latestSignIn.map { Int($0.timeIntervalSince1970) } == Int(now) - 60)
+        let oneFactor = try Tokens.verified(Tokens.claims(extra: ["amr": .array([.string("pwd")]), "auth_time": .integer(Int(now) - 60)]))
+        let error1 = await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: oneFactor, csr: csr) }
+        #expect(error1?.code == .policyViolation)
+        let stale = try Tokens.verified(Tokens.claims(extra: ["amr": .array([.string("pwd"), .string("otp")]), "auth_time": .integer(Int(now) - 3600)]))
+        let error2 = await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: stale, csr: csr) }
+        #expect(error2?.code == .policyViolation)
+        #expect(try await test.ca.ledger.recent(limit: 10).count == 1)
+    }
+
+    @Test func spiffeSegmentsNeverCollide() throws {
+        #expect(SPIFFE.segment("user-42") == "user-42")
+        #expect(SPIFFE.segment("a/b") == "_x612f62")
+        #expect(SPIFFE.segment("_x612f62") != "_x612f62")
+        #expect(SPIFFE.segment("..") == "_x2e2e")
+        #expect(SPIFFE.segment("") == "_x")
+        #expect(SPIFFE.segment("ünï") != SPIFFE.segment("uni"))
+        #expect(throws: PeerCAError.self) { _ = try IssuancePolicy(appID: "App ID!", provider: "x") }
+        let policy = try IssuancePolicy(appID: "2F4E-AB", provider: "x")
+        #expect(policy.trustDomain == "2f4e-ab")
+    }
+}

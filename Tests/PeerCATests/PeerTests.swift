@@ -1,0 +1,188 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import NIOSSL
+@testable import PeerCA
+import Synchronization
+import Testing
+import TokenKit
+import X509
+
+/// Two devices holding certificates from our CA, and one holding a certificate from another CA.
+struct Devices {
+    let test: TestCA
+    let other: TestCA
+    let openssl: OpenSSL
+    let alice: IssuedCertificate
+    let bob: IssuedCertificate
+    let mallory: IssuedCertificate
+
+    init() async throws {
+        openssl = try OpenSSL()
+        test = try TestCA()
+        other = try TestCA()
+        alice = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(sub: "alice")), csr: try openssl.csr("p256", name: "alice"))
+        bob = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(sub: "bob")), csr: try openssl.csr("ed25519", name: "bob"))
+        mallory = try await other.ca.issue(token: try Tokens.verified(Tokens.claims(sub: "alice")), csr: try openssl.csr("p256", name: "mallory"))
+        try openssl.write("root.pem", test.root.pemString)
+        for (name, issued) in [("alice", alice), ("bob", bob), ("mallory", mallory)] {
+            try openssl.write("\(name).pem", issued.certificate.pemString)
+            try openssl.write("\(name)-chain.pem", issued.chainPEM)
+            try openssl.write("\(name)-intermediates.pem", issued.chain.dropFirst().map(\.pemString).joined())
+        }
+    }
+
+    func keyPEM(_ name: String) throws -> String { try String(contentsOfFile: openssl.path("\(name).key"), encoding: .utf8) }
+
+    func tls(_ name: String, _ issued: IssuedCertificate, verifier: PeerVerifier) throws -> PeerTLS {
+        try PeerTLS(certificateChainPEM: issued.chainPEM, privateKeyPEM: try keyPEM(name), verifier: verifier)
+    }
+}
+
+@Suite("The peer side: PeerVerifier and mutual TLS", .serialized)
+struct PeerTests {
+    @Test func peerVerifierChecksChainDomainEKUAndRevocation() async throws {
+        let devices = try await Devices()
+        let test = devices.test
+        let verifier = PeerVerifier(roots: [test.root], trustDomain: "app-1234.peers.example")
+        let alice = try await verifier.verify(chain: devices.alice.chain, role: .client)
+        #expect(alice.spiffeID == "spiffe://app-1234.peers.example/idp.example/alice")
+        #expect(alice.commonName == "alice")
+        #expect(alice.serial == devices.alice.serial)
+        #expect(try await verifier.verify(chain: devices.bob.chain, role: .server).path == "idp.example/bob")
+        // Another CA's certificate, even with the same SPIFFE ID, is refused.
+        let stranger = await #expect(throws: PeerCAError.self) { _ = try await verifier.verify(chain: devices.mallory.chain, role: .client) }
+        #expect(stranger?.code == .untrustedPeer)
+        // Without the intermediate the chain does not build.
+        await #expect(throws: PeerCAError.self) { _ = try await verifier.verify(chain: [devices.alice.certificate], role: .client) }
+        // Another trust domain is refused.
+        let elsewhere = PeerVerifier(roots: [test.root], trustDomain: "other-app")
+        let domain = await #expect(throws: PeerCAError.self) { _ = try await elsewhere.verify(chain: devices.alice.chain, role: .client) }
+        #expect(domain?.message.contains("trust domain") == true)
+        // The CA's own certificate is not a peer certificate.
+        await #expect(throws: PeerCAError.self) { _ = try await verifier.verify(chain: [test.material.authority.issuer], role: .client) }
+        // Revoked per the latest CRL.
+        _ = try await test.ca.revoke(serial: devices.alice.serial, reason: .keyCompromise)
+        let crl = try RevocationList(try await test.ca.crl(), issuer: test.material.authority.issuer)
+        let strict = PeerVerifier(roots: [test.root], trustDomain: "app-1234.peers.example", revocations: crl)
+        let revoked = await #expect(throws: PeerCAError.self) { _ = try await strict.verify(chain: devices.alice.chain, role: .client) }
+        #expect(revoked?.code == .revoked)
+        _ = try await strict.verify(chain: devices.bob.chain, role: .client)
+    }
+
+    @Test func opensslDevicesCompleteAMutualTLSHandshake() async throws {
+        let devices = try await Devices()
+        let openssl = devices.openssl
+        func handshake(client: String) throws -> (server: String, client: String, clientStatus: Int32) {
+            let port = Int.random(in: 20_000...60_000)
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            server.arguments = [
+                "openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-naccept", "1", "-cert", openssl.path("bob.pem"),
+                "-cert_chain", openssl.path("bob-intermediates.pem"), "-key", openssl.path("bob.key"), "-CAfile", openssl.path("root.pem"),
+                "-Verify", "2", "-verify_return_error", "-purpose", "sslclient",
+            ]
+            let out = Pipe()
+            server.standardOutput = out
+            server.standardError = out
+            server.standardInput = Pipe()
+            try server.run()
+            defer { if server.isRunning { server.terminate() } }
+            Thread.sleep(forTimeInterval: 0.5)
+            let result = try openssl.run(
+                [
+                    "s_client", "-connect", "127.0.0.1:\(port)", "-cert", openssl.path("\(client).pem"), "-cert_chain",
+                    openssl.path("\(client)-intermediates.pem"), "-key", openssl.path("\(client).key"), "-CAfile", openssl.path("root.pem"),
+                    "-verify_return_error", "-purpose", "sslserver",
+                ], stdin: Data("Q\n".utf8))
+            server.waitUntilExit()
+            return (String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), result.output, result.status)
+        }
+        let ok = try handshake(client: "alice")
+        #expect(ok.client.contains("Verify return code: 0 (ok)"), "\(ok.client)")
+        #expect(ok.server.contains("alice") || ok.server.contains("CN=alice") || ok.server.contains("ACCEPT"), "\(ok.server)")
+        #expect(!ok.server.contains("error"), "\(ok.server)")
+        let refused = try handshake(client: "mallory")
+        #expect(refused.server.contains("verify error") || refused.server.contains("unable to get local issuer"), "\(refused.server)")
+    }
+
+    @Test func swiftNIODevicesUsePeerTLS() async throws {
+        let devices = try await Devices()
+        let test = devices.test
+        let verifier = PeerVerifier(roots: [test.root], trustDomain: "app-1234.peers.example")
+        let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let seenByServer = Mutex<[String]>([])
+        let server = try await ServerBootstrap(group: group)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(bobTLS.makeServerHandler { peer in seenByServer.withLock { $0.append(peer.spiffeID) } })
+                    try channel.pipeline.syncOperations.addHandler(Echo())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(server.localAddress?.port)
+
+        func talk(_ tls: PeerTLS) async throws -> (reply: String?, peer: String?) {
+            let seen = Mutex<String?>(nil)
+            let reply = group.next().makePromise(of: String.self)
+            let client = try await ClientBootstrap(group: group)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(try tls.makeClientHandler { peer in seen.withLock { $0 = peer.spiffeID } })
+                        try channel.pipeline.syncOperations.addHandler(Ping(reply: reply))
+                    }
+                }
+                .connect(host: "127.0.0.1", port: port).get()
+            defer { client.close(promise: nil) }
+            do {
+                let text = try await reply.futureResult.get()
+                return (text, seen.withLock { $0 })
+            } catch {
+                print("mTLS client error: \(error)")
+                return (nil, seen.withLock { $0 })
+            }
+        }
+        let alice = try await talk(try devices.tls("alice", devices.alice, verifier: verifier))
+        #expect(alice.reply == "ping")
+        #expect(alice.peer == "spiffe://app-1234.peers.example/idp.example/bob")
+        #expect(seenByServer.withLock { $0 } == ["spiffe://app-1234.peers.example/idp.example/alice"])
+        // Mallory's certificate (another CA) is refused by bob; no data flows.
+        let otherVerifier = PeerVerifier(roots: [devices.other.root, test.root])  // mallory would talk to bob; bob refuses
+        let mallory = try await talk(try devices.tls("mallory", devices.mallory, verifier: otherVerifier))
+        #expect(mallory.reply == nil)
+        #expect(seenByServer.withLock { $0.count } == 1)
+        try await server.close()
+        try await group.shutdownGracefully()
+    }
+}
+
+final class Echo: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        context.writeAndFlush(data, promise: nil)
+    }
+}
+
+final class Ping: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let reply: EventLoopPromise<String>
+    init(reply: EventLoopPromise<String>) { self.reply = reply }
+    func channelActive(context: ChannelHandlerContext) {
+        context.writeAndFlush(NIOAny(ByteBuffer(string: "ping")), promise: nil)
+        context.fireChannelActive()
+    }
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        reply.succeed(String(buffer: unwrapInboundIn(data)))
+    }
+    func channelInactive(context: ChannelHandlerContext) {
+        reply.fail(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        reply.fail(error)
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+@testable import PeerCA
+import Testing
+import TokenKit
+import X509
+
+@Suite("Revocation: CRL and OCSP, read by the openssl binary")
+struct RevocationTests {
+    @Test func crlListsRevokedSerialsAndOpenSSLReadsIt() async throws {
+        let openssl = try OpenSSL()
+        let test = try TestCA()
+        let csr = try openssl.csr("p256", name: "d")
+        let first = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        let second = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        let revoked = try await test.ca.revoke(serial: first.serial, reason: .keyCompromise)
+        guard case .revoked(_, let reason) = revoked.status else { Issue.record("not revoked"); return }
+        #expect(reason == .keyCompromise)
+        // Revoking again keeps the first reason; an unknown serial is a typed error.
+        let again = try await test.ca.revoke(serial: first.serial, reason: .superseded)
+        #expect(again.status == revoked.status)
+        let missing = await #expect(throws: PeerCAError.self) { _ = try await test.ca.revoke(serial: "00ff") }
+        #expect(missing?.code == .notFound)
+
+        let crl = try await test.ca.crl()
+        try openssl.write("crl.der", crl)
+        try openssl.write("root.pem", test.root.pemString)
+        try openssl.write("issuer.pem", test.material.authority.issuer.pemString)
+        try openssl.must(["crl", "-inform", "DER", "-in", "crl.der", "-out", "crl.pem"])
+        let text = try openssl.must(["crl", "-in", "crl.pem", "-noout", "-text"])
+        #expect(text.contains("Serial Number: \(first.serial.uppercased())"), "\(text)")
+        #expect(!text.contains(second.serial.uppercased()))
+        #expect(text.contains("Key Compromise"))
+        #expect(text.contains("X509v3 CRL Number"))
+        // The signature verifies with the issuing CA's key.
+        let verified = try openssl.run(["crl", "-in", "crl.pem", "-CAfile", "issuer.pem", "-noout"])
+        #expect(verified.output.contains("verify OK"), "\(verified.output)")
+        // openssl verify with CRL checking refuses the revoked certificate and accepts the other.
+        try openssl.write("first.pem", first.certificate.pemString)
+        try openssl.write("second.pem", second.certificate.pemString)
+        let bundle = test.root.pemString + test.material.authority.issuer.pemString
+        try openssl.write("cas.pem", bundle)
+        let refused = try openssl.run(["verify", "-crl_check", "-CAfile", "cas.pem", "-CRLfile", "crl.pem", "first.pem"])
+        #expect(refused.status != 0)
+        #expect(refused.output.contains("revoked"), "\(refused.output)")
+        let accepted = try openssl.run(["verify", "-crl_check", "-CAfile", "cas.pem", "-CRLfile", "crl.pem", "second.pem"])
+        #expect(accepted.status == 0, "\(accepted.output)")
+
+        // Our own parser verifies and reads it; CRL numbers grow.
+        let list = try RevocationList(crl, issuer: test.material.authority.issuer)
+        #expect(list.isRevoked(first.certificate.serialNumber))
+        #expect(!list.isRevoked(second.certificate.serialNumber))
+        let next = try RevocationList(try await test.ca.crl(), issuer: test.material.authority.issuer)
+        #expect((next.number ?? 0) > (list.number ?? 0))
+        // A CRL signed by another CA, or tampered with, is refused.
+        let other = try TestCA()
+        #expect(throws: PeerCAError.self) { _ = try RevocationList(crl, issuer: other.material.authority.issuer) }
+        var tampered = crl
+        tampered[tampered.count / 2] ^= 0x01
+        #expect(throws: PeerCAError.self) { _ = try RevocationList(tampered, issuer: test.material.authority.issuer) }
+    }
+
+    @Test func opensslReadsOurOCSPResponses() async throws {
+        let openssl = try OpenSSL()
+        let test = try TestCA()
+        let csr = try openssl.csr("p256", name: "d")
+        let good = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        let bad = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        _ = try await test.ca.revoke(serial: bad.serial, reason: .cessationOfOperation)
+        try openssl.write("root.pem", test.root.pemString)
+        try openssl.write("issuer.pem", test.material.authority.issuer.pemString)
+        try openssl.write("cas.pem", test.root.pemString + test.material.authority.issuer.pemString)
+        for (name, issued, expected) in [("good", good, "good"), ("bad", bad, "revoked")] {
+            try openssl.write("\(name).pem", issued.certificate.pemString)
+            try openssl.must(["ocsp", "-issuer", "issuer.pem", "-cert", "\(name).pem", "-reqout", "\(name)-req.der"])
+            let response = await test.ca.ocspResponse(for: try openssl.read("\(name)-req.der"))
+            try openssl.write("\(name)-resp.der", response)
+            // Signature and nonce, checked against the request that carried the nonce...
+            let checked = try openssl.run(["ocsp", "-respin", "\(name)-resp.der", "-reqin", "\(name)-req.der", "-CAfile", "cas.pem"])
+            #expect(checked.output.contains("Response verify OK"), "\(name): \(checked.output)")
+            // ...and the status of the certificate (a new request would carry a new nonce: -no_nonce).
+            let read = try openssl.run([
+                "ocsp", "-respin", "\(name)-resp.der", "-issuer", "issuer.pem", "-cert", "\(name).pem", "-CAfile", "cas.pem", "-no_nonce",
+            ])
+            #expect(read.output.contains("Response verify OK"), "\(name): \(read.output)")
+            #expect(read.output.contains("\(name).pem: \(expected)"), "\(name): \(read.output)")
+        }
+        // A certificate from another CA is unknown; garbage gets malformedRequest, not a crash.
+        let other = try TestCA()
+        let stranger = try await other.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        try openssl.write("stranger.pem", stranger.certificate.pemString)
+        try openssl.write("other-issuer.pem", other.material.authority.issuer.pemString)
+        try openssl.must(["ocsp", "-issuer", "other-issuer.pem", "-cert", "stranger.pem", "-reqout", "s-req.der"])
+        try openssl.write("s-resp.der", await test.ca.ocspResponse(for: try openssl.read("s-req.der")))
+        let unknown = try openssl.run(["ocsp", "-respin", "s-resp.der", "-issuer", "other-issuer.pem", "-cert", "stranger.pem", "-noverify"])
+        #expect(unknown.output.contains("stranger.pem: unknown"), "\(unknown.output)")
+        #expect(await test.ca.ocspResponse(for: Array("garbage".utf8)) == [0x30, 0x03, 0x0a, 0x01, 0x01])
+        #expect(await test.ca.ocspResponse(for: []) == [0x30, 0x03, 0x0a, 0x01, 0x01])
+    }
+}
