@@ -77,3 +77,30 @@ public struct ValidatedCSR: Sendable {
         self.keyKind = kind
     }
 }
+
+/// Making CSRs and reading certificates, for devices.
+public enum DeviceCSR {
+    /// A PEM CSR for `key`, with an empty subject (the CA takes the identity from the token).
+    public static func make(key: Certificate.PrivateKey) throws(PeerCAError) -> String {
+        do {
+            let request = try CertificateSigningRequest(
+                version: .v1, subject: DistinguishedName(), privateKey: key, attributes: CertificateSigningRequest.Attributes(),
+                signatureAlgorithm: PublicKeyKind(key.publicKey).signatureAlgorithm)
+            return try request.serializeAsPEM().pemString + "\n"
+        } catch {
+            throw PeerCAError(.invalidCSR, "cannot sign the CSR (\(error))")
+        }
+    }
+
+    /// The key as PEM (PKCS#8; PKCS#1 for RSA).
+    public static func keyPEM(_ key: Certificate.PrivateKey) throws(PeerCAError) -> String { try PEMText.privateKey(key) }
+
+    /// Every certificate in PEM text, in order.
+    public static func certificates(pem: String) throws(PeerCAError) -> [Certificate] {
+        do {
+            return try PEMDocument.parseMultiple(pemString: pem).map { try Certificate(pemDocument: $0) }
+        } catch {
+            throw PeerCAError(.invalidCAMaterial, "not PEM certificates")
+        }
+    }
+}

@@ -34,6 +34,12 @@ public struct CertificateAuthority: Sendable {
         public let rootKey: Certificate.PrivateKey
         /// The intermediate's private key, if one was made.
         public let intermediateKey: Certificate.PrivateKey?
+
+        /// The issuing key as PEM (PKCS#8; PKCS#1 for RSA). Write it with mode 0600.
+        public func issuerKeyPEM() throws(PeerCAError) -> String { try PEMText.privateKey(intermediateKey ?? rootKey) }
+
+        /// The root key as PEM. Write it with mode 0600, and keep it offline when an intermediate issues.
+        public func rootKeyPEM() throws(PeerCAError) -> String { try PEMText.privateKey(rootKey) }
     }
 
     /// Creates a root (and an intermediate that issues) with new keys of `algorithm`.
@@ -178,5 +184,17 @@ extension Certificate {
     /// The certificate as PEM text.
     public var pemString: String {
         (try? serializeAsPEM().pemString).map { $0 + "\n" } ?? ""
+    }
+}
+
+/// PEM text helpers.
+public enum PEMText {
+    /// DER bytes as a PEM block with `label` (e.g. `X509 CRL`).
+    public static func encode(_ der: [UInt8], label: String) -> String {
+        PEMDocument(type: label, derBytes: der).pemString + "\n"
+    }
+
+    static func privateKey(_ key: Certificate.PrivateKey) throws(PeerCAError) -> String {
+        do { return try key.serializeAsPEM().pemString + "\n" } catch { throw PeerCAError(.invalidCAMaterial, "the key cannot be written as PEM") }
     }
 }

@@ -4,6 +4,7 @@ import TokenKit
 
 #if canImport(Glibc)
 import Glibc
+import CoreFoundation
 #endif
 
 extension JWTAlgorithm: ExpressibleByArgument {}

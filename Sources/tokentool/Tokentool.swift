@@ -1,12 +1,14 @@
 import ArgumentParser
 import Foundation
+import PDAKeys
+import PeerCA
 import TokenKit
 
 @main
 struct Tokentool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tokentool",
-        abstract: "Verify, sign and inspect JSON Web Tokens; make, convert and fetch keys.",
+        abstract: "Verify, sign and inspect JSON Web Tokens; fetch issuers' keys; issue and check peer certificates.",
         discussion: """
             tokentool is the command-line face of TokenKit. Every verification is strict: the key fixes \
             the algorithm (a token's "alg" must equal it exactly; "none" is never accepted), an unknown \
@@ -22,7 +24,7 @@ struct Tokentool: AsyncParsableCommand {
               tokentool sign --key device.key --sub user-1 --iss me --expires-in 3600 > token.jwt
               tokentool verify --key device.pub --iss me token.jwt
             """,
-        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, Demo.self]
+        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self, Demo.self]
     )
 
     static func main() async {
@@ -37,6 +39,12 @@ struct Tokentool: AsyncParsableCommand {
             if !exit.message.isEmpty { printError(exit.message) }
             Foundation.exit(exit.code)
         } catch let error as TokenError {
+            printError("tokentool: \(error)")
+            Foundation.exit(2)
+        } catch let error as PeerCAError {
+            printError("tokentool: \(error)")
+            Foundation.exit(2)
+        } catch let error as KeySourceError {
             printError("tokentool: \(error)")
             Foundation.exit(2)
         } catch {

@@ -37,6 +37,48 @@ struct Verify: AsyncParsableCommand {
     @Argument(help: "The token, a file holding it, or - for standard input (the default).")
     var token: String?
 
+    @Flag(help: "Print one JSON object with the verdict, header and claims (or the error code).")
+    var json = false
+
+    @OptionGroup var options: VerificationOptions
+
+    func run() async throws {
+        let text = try Input.token(token)
+        let (outcome, identity) = try await options.verify(text, json: json)
+        try report(outcome, identity: identity)
+    }
+
+    /// Prints the verdict; throws the exit status for an invalid token.
+    func report(_ result: Result<VerifiedToken, TokenError>, identity: HATIdentity? = nil) throws {
+        switch result {
+        case .success(let verified):
+            if json {
+                Output.json(.object([
+                    "valid": .bool(true), "header": .object(verified.header.members), "payload": .object(verified.payload),
+                ]))
+            } else {
+                print("VALID \(verified.header.algorithm)\(verified.key.kid.map { " kid=\($0)" } ?? "") (engine: \(options.engine.rawValue))")
+                for line in verified.claims.summary { print("  " + line) }
+                if let identity {
+                    print("  HAT PDA: \(identity.pdaHost)")
+                    if let application = identity.application { print("  application: \(application) \(identity.applicationVersion ?? "")") }
+                }
+            }
+        case .failure(let error):
+            if json {
+                Output.json(.object([
+                    "valid": .bool(false),
+                    "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)]),
+                ]))
+                throw CLIExit(code: 1, message: "")
+            }
+            throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
+        }
+    }
+}
+
+/// The keys and claims policy a token is verified with: shared by `verify` and `ca issue`.
+struct VerificationOptions: ParsableArguments {
     @Option(name: .long, help: "Key file: PEM (public/private key or certificate), DER, JWK or JWKS.")
     var key: String?
 
@@ -96,9 +138,6 @@ struct Verify: AsyncParsableCommand {
     @Option(help: "Signature engine: native (OpenSSL) or libjwt.")
     var engine: JWTVerifier.Engine = .native
 
-    @Flag(help: "Print one JSON object with the verdict, header and claims (or the error code).")
-    var json = false
-
     @Flag(help: "Read a private key or secret file even if group or others can read it.")
     var allowInsecureKeyFile = false
 
@@ -116,8 +155,10 @@ struct Verify: AsyncParsableCommand {
             ignoresAudience: anyAud, requiredClaims: Set(require), expectedType: typ)
     }
 
-    func run() async throws {
-        if pda || jwks != nil || oidc != nil { return try await runRemote() }
+    /// Verifies `text` with the keys and policy these options name. Throws a `CLIExit` (status 2)
+    /// when keys cannot be had; an invalid token is the `.failure` of the result.
+    func verify(_ text: String, json: Bool = false) async throws -> (Result<VerifiedToken, TokenError>, HATIdentity?) {
+        if pda || jwks != nil || oidc != nil { return try await verifyRemote(text, json: json) }
         let algorithms = alg.isEmpty ? nil : Set(alg)
         let keys: [JWTKey]
         if let key {
@@ -130,13 +171,11 @@ struct Verify: AsyncParsableCommand {
         }
         let clock = at.map { VerificationClock.fixed($0) } ?? .system
         let verifier = try JWTVerifier(keys: keys, policy: policy, engine: engine, clock: clock)
-        let text = try Input.token(token)
-        try report(Result { () throws(TokenError) in try verifier.verify(text) })
+        return (Result { () throws(TokenError) in try verifier.verify(text) }, nil)
     }
 
     /// Verifies against keys fetched from a PDA, a JWKS URL or an OIDC issuer.
-    func runRemote() async throws {
-        let text = try Input.token(token)
+    func verifyRemote(_ text: String, json: Bool) async throws -> (Result<VerifiedToken, TokenError>, HATIdentity?) {
         let clock = at.map { VerificationClock.fixed($0) } ?? .system
         let allowList = try remote.allowList
         let outcome: Result<VerifiedToken, TokenError>
@@ -165,34 +204,7 @@ struct Verify: AsyncParsableCommand {
             }
             throw CLIExit(code: 2, message: "tokentool: cannot get the issuer's keys: \(error)")
         }
-        try report(outcome, identity: identity)
+        return (outcome, identity)
     }
 
-    /// Prints the verdict; throws the exit status for an invalid token.
-    func report(_ result: Result<VerifiedToken, TokenError>, identity: HATIdentity? = nil) throws {
-        switch result {
-        case .success(let verified):
-            if json {
-                Output.json(.object([
-                    "valid": .bool(true), "header": .object(verified.header.members), "payload": .object(verified.payload),
-                ]))
-            } else {
-                print("VALID \(verified.header.algorithm)\(verified.key.kid.map { " kid=\($0)" } ?? "") (engine: \(engine.rawValue))")
-                for line in verified.claims.summary { print("  " + line) }
-                if let identity {
-                    print("  HAT PDA: \(identity.pdaHost)")
-                    if let application = identity.application { print("  application: \(application) \(identity.applicationVersion ?? "")") }
-                }
-            }
-        case .failure(let error):
-            if json {
-                Output.json(.object([
-                    "valid": .bool(false),
-                    "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)]),
-                ]))
-                throw CLIExit(code: 1, message: "")
-            }
-            throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
-        }
-    }
 }

@@ -1,0 +1,323 @@
+public import ArgumentParser
+import Foundation
+public import PeerCA
+import TokenKit
+import X509
+
+/// The files of a CA directory made by `tokentool ca init`.
+struct CADirectory {
+    let path: String
+    func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
+    var rootCertificate: String { file("root.pem") }
+    var rootKey: String { file("root.key") }
+    var issuerCertificate: String { file("issuer.pem") }
+    var issuerKey: String { file("issuer.key") }
+    var settings: String { file("ca.json") }
+    var ledger: String { file("ledger.sqlite") }
+
+    /// The CA's settings (ca.json): trust domain and provider name.
+    struct Settings: Codable {
+        var appID: String
+        var trustDomainSuffix: String?
+        var provider: String
+        var maximumValidity: Double
+        var tokenReuse: String
+    }
+
+    func read(_ path: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else { throw CLIExit.usage("cannot read \(path) (run tokentool ca init --dir \(self.path) first?)") }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    func load(allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
+        try Input.checkPrivate(issuerKey, allowInsecure: allowInsecure)
+        let settings: Settings
+        do { settings = try JSONDecoder().decode(Settings.self, from: Data(try read(self.settings).utf8)) } catch let error as CLIExit {
+            throw error
+        } catch { throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)") }
+        let authority = try CertificateAuthority(rootPEM: try read(rootCertificate), issuerCertificatePEM: try read(issuerCertificate), issuerKeyPEM: try read(issuerKey))
+        var policy = try IssuancePolicy(appID: settings.appID, trustDomainSuffix: settings.trustDomainSuffix, provider: settings.provider)
+        policy.maximumValidity = settings.maximumValidity
+        policy.defaultTokenReuse = IssuancePolicy.TokenReuse(rawValue: settings.tokenReuse) ?? .unlimited
+        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger))
+        return (ca, settings)
+    }
+}
+
+extension CAKeyAlgorithm: ExpressibleByArgument {}
+
+struct CACommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ca",
+        abstract: "Run a small CA that turns verified tokens into peer certificates.",
+        discussion: """
+            A CA lives in one directory: root.pem, issuer.pem and issuer.key (and root.key when an \
+            intermediate issues), ca.json (trust domain, provider, limits) and ledger.sqlite (every \
+            certificate issued, with its status). Private keys are mode 0600; nothing is overwritten.
+
+            Examples:
+              tokentool ca init --dir ca --app-id my-app --name "My devices" --intermediate
+              tokentool csr --out device.key > device.csr
+              tokentool ca issue --dir ca --csr device.csr --jwks https://idp.example/jwks.json token.jwt > device.pem
+              tokentool ca list --dir ca
+              tokentool ca revoke --dir ca --reason keyCompromise 5f1c…
+              tokentool ca crl --dir ca > crl.pem
+            """,
+        subcommands: [CAInit.self, CAIssue.self, CARevoke.self, CAList.self, CACRL.self])
+}
+
+struct CAInit: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create a CA: a root, optionally an intermediate that issues, and the settings.",
+        discussion: """
+            The trust domain of every certificate is derived from --app-id (lower-cased, then \
+            .SUFFIX if --trust-domain-suffix is given). With --intermediate, root.key can be moved \
+            offline: only issuer.* is needed to issue.
+
+            Examples:
+              tokentool ca init --dir ca --app-id 2f4e61b8 --name "Ditto app devices"
+              tokentool ca init --dir ca --app-id my-app --trust-domain-suffix peers.example.com --key-type p384 --intermediate
+            """)
+
+    @Option(help: "Directory for the CA's files (created if missing).")
+    var dir: String
+
+    @Option(help: "App ID the trust domain is derived from.")
+    var appID: String
+
+    @Option(help: "Appended to the app ID to make the trust domain.")
+    var trustDomainSuffix: String?
+
+    @Option(help: "Organisation name in the CA certificates.")
+    var name: String = "tokentool"
+
+    @Option(help: "Provider name recorded in identities.")
+    var provider: String = "token"
+
+    @Option(help: "CA key type: p256, p384, ed25519 or rsa3072.")
+    var keyType: CAKeyAlgorithm = .p256
+
+    @Flag(help: "Create an intermediate CA that issues, so the root key can stay offline.")
+    var intermediate = false
+
+    @Option(help: "Longest peer-certificate validity in seconds.")
+    var maxValidity: Double = 86_400
+
+    @Option(help: "Token reuse: unlimited, or once (per iss + jti).")
+    var tokenReuse: String = "unlimited"
+
+    func run() throws {
+        guard IssuancePolicy.TokenReuse(rawValue: tokenReuse) != nil else { throw CLIExit.usage("--token-reuse must be unlimited or once") }
+        guard maxValidity >= 60 else { throw CLIExit.usage("--max-validity must be at least 60 seconds") }
+        _ = try IssuancePolicy(appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider)
+        let directory = CADirectory(path: dir)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let files = [directory.rootCertificate, directory.issuerCertificate, directory.issuerKey, directory.settings] + (intermediate ? [directory.rootKey] : [])
+        if let existing = files.first(where: { FileManager.default.fileExists(atPath: $0) }) {
+            throw CLIExit.usage("\(existing) exists; tokentool never overwrites CA material")
+        }
+        let material = try CertificateAuthority.create(name: name, algorithm: keyType, withIntermediate: intermediate)
+        let settings = CADirectory.Settings(
+            appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider, maximumValidity: maxValidity, tokenReuse: tokenReuse)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        // Keys first: a failure leaves no certificate that has no key.
+        try Output.writeNew(directory.issuerKey, contents: Array(try material.issuerKeyPEM().utf8), mode: 0o600)
+        if intermediate { try Output.writeNew(directory.rootKey, contents: Array(try material.rootKeyPEM().utf8), mode: 0o600) }
+        try Output.writeNew(directory.rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644)
+        try Output.writeNew(directory.issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644)
+        try Output.writeNew(directory.settings, contents: Array(try encoder.encode(settings)) + [0x0a], mode: 0o644)
+        let policy = try IssuancePolicy(appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider)
+        print("CA created in \(dir): \(keyType.rawValue)\(intermediate ? ", root + issuing intermediate" : ", root issues")")
+        print("  trust domain: \(policy.trustDomain)")
+        print("  give peers:   \(directory.rootCertificate)")
+        if intermediate { print("  offline key:  \(directory.rootKey) (not needed to issue)") }
+    }
+}
+
+struct CAIssue: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "issue",
+        abstract: "Verify a token, then issue a peer certificate for a CSR's key.",
+        discussion: """
+            The token is verified exactly as `tokentool verify` does (same key and policy options: \
+            --key, --jwks, --oidc, --pda, --iss, --aud, …). The CSR's self-signature must verify; its \
+            key must be P-256, P-384, Ed25519 or RSA ≥ 2048. The certificate's identity comes only \
+            from the token: CN = sub, URI SAN spiffe://<trust domain>/<issuer>/<sub>. It is recorded \
+            in the ledger before it is printed (leaf, then intermediate).
+
+            Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
+
+            Examples:
+              tokentool ca issue --dir ca --csr device.csr --key idp.pub --iss https://idp.example/ token.jwt > device.pem
+              tokentool ca issue --dir ca --csr device.csr --pda --validity 3600 hat-token.jwt
+            """)
+
+    @Option(help: "CA directory made by tokentool ca init.")
+    var dir: String
+
+    @Option(help: "The CSR file (PEM or DER).")
+    var csr: String
+
+    @Option(help: "Shorter certificate validity in seconds.")
+    var validity: Double?
+
+    @Flag(help: "Print a JSON object (serial, notAfter, SPIFFE ID, chain) instead of PEM.")
+    var json = false
+
+    @Argument(help: "The token, a file holding it, or - for standard input.")
+    var token: String?
+
+    @OptionGroup(title: "Token verification") var options: VerificationOptions
+
+    func run() async throws {
+        let text = try Input.token(token)
+        let (ca, _) = try CADirectory(path: dir).load(allowInsecure: options.allowInsecureKeyFile)
+        let request = try Input.read(csr)
+        let (outcome, _) = try await options.verify(text)
+        let verified: VerifiedToken
+        switch outcome {
+        case .success(let token): verified = token
+        case .failure(let error): throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
+        }
+        let issued: IssuedCertificate
+        do { issued = try await ca.issue(token: verified, csr: request, validity: validity) } catch {
+            let status: Int32 = [.policyViolation, .tokenExpired, .tokenReused].contains(error.code) ? 1 : 2
+            throw CLIExit(code: status, message: "REFUSED \(error.code.rawValue): \(error.message)")
+        }
+        if json {
+            Output.json(.object([
+                "serial": .string(issued.serial), "spiffeID": .string(issued.identity.spiffeID),
+                "notBefore": .string(ISO8601DateFormatter().string(from: issued.notBefore)),
+                "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "chain": .string(issued.chainPEM),
+            ]))
+        } else {
+            print(issued.chainPEM, terminator: "")
+        }
+        printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601DateFormatter().string(from: issued.notAfter))")
+    }
+}
+
+extension LedgerEntry.RevocationReason: ExpressibleByArgument {
+    public init?(argument: String) { self.init(name: argument) }
+}
+
+struct CARevoke: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revoke",
+        abstract: "Revoke a certificate by serial number (hex, as ca list shows it).",
+        discussion: """
+            Reasons: unspecified, keyCompromise, caCompromise, affiliationChanged, superseded, \
+            cessationOfOperation, certificateHold, privilegeWithdrawn. The next CRL lists it and \
+            OCSP answers "revoked".
+
+            Example:
+              tokentool ca revoke --dir ca --reason keyCompromise 5f1c0a…
+            """)
+
+    @Option(help: "CA directory.")
+    var dir: String
+
+    @Option(help: "Revocation reason.")
+    var reason: LedgerEntry.RevocationReason = .unspecified
+
+    @Argument(help: "Serial number in hex.")
+    var serial: String
+
+    func run() async throws {
+        let (ca, _) = try CADirectory(path: dir).load()
+        let entry = try await ca.revoke(serial: serial, reason: reason)
+        if case .revoked(let at, let reason) = entry.status {
+            print("revoked \(entry.serial) (\(entry.subject)) at \(ISO8601DateFormatter().string(from: at)): \(reason.name)")
+        }
+    }
+}
+
+struct CAList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List issued certificates from the ledger, newest first.",
+        discussion: """
+            Examples:
+              tokentool ca list --dir ca
+              tokentool ca list --dir ca --subject user-42
+              tokentool ca list --dir ca --json
+            """)
+
+    @Option(help: "CA directory.")
+    var dir: String
+
+    @Option(help: "Only certificates for this SPIFFE ID or CN.")
+    var subject: String?
+
+    @Option(help: "At most this many.")
+    var limit: Int = 100
+
+    @Flag(help: "One JSON array.")
+    var json = false
+
+    func run() async throws {
+        let (ca, _) = try CADirectory(path: dir).load()
+        let entries: [LedgerEntry]
+        if let subject { entries = try await ca.ledger.entries(subject: subject) } else { entries = try await ca.ledger.recent(limit: limit) }
+        let formatter = ISO8601DateFormatter()
+        if json {
+            Output.json(.array(entries.prefix(limit).map { entry in
+                var object: [String: JSONValue] = [
+                    "serial": .string(entry.serial), "subject": .string(entry.subject), "commonName": .string(entry.commonName),
+                    "tokenIssuer": .string(entry.tokenIssuer), "tokenSubject": .string(entry.tokenSubject),
+                    "keyFingerprint": .string(entry.keyFingerprint), "notBefore": .string(formatter.string(from: entry.notBefore)),
+                    "notAfter": .string(formatter.string(from: entry.notAfter)), "status": .string("valid"),
+                ]
+                if let id = entry.tokenID { object["tokenID"] = .string(id) }
+                if case .revoked(let at, let reason) = entry.status {
+                    object["status"] = .string("revoked")
+                    object["revokedAt"] = .string(formatter.string(from: at))
+                    object["reason"] = .string(reason.name)
+                }
+                return .object(object)
+            }))
+            return
+        }
+        for entry in entries.prefix(limit) {
+            let status: String
+            switch entry.status {
+            case .valid: status = entry.notAfter < Date() ? "expired" : "valid"
+            case .revoked(_, let reason): status = "revoked(\(reason.name))"
+            }
+            print("\(entry.serial)  \(status)  until \(formatter.string(from: entry.notAfter))  \(entry.subject)")
+        }
+    }
+}
+
+struct CACRL: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "crl",
+        abstract: "Print a signed CRL of every revoked, unexpired certificate.",
+        discussion: """
+            Examples:
+              tokentool ca crl --dir ca > crl.pem
+              tokentool ca crl --dir ca --der --validity 3600 > crl.der
+              openssl crl -in crl.pem -noout -text
+            """)
+
+    @Option(help: "CA directory.")
+    var dir: String
+
+    @Option(help: "Seconds until nextUpdate.")
+    var validity: Double = 86_400
+
+    @Flag(help: "DER instead of PEM.")
+    var der = false
+
+    func run() async throws {
+        let (ca, _) = try CADirectory(path: dir).load()
+        let crl = try await ca.crl(validity: validity)
+        if der {
+            FileHandle.standardOutput.write(Data(crl))
+        } else {
+            print(PEMText.encode(crl, label: "X509 CRL"), terminator: "")
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+@testable import PeerCA
+import TestSupport
+import Testing
+
+/// `tokentool ca …`, `tokentool csr` and `tokentool peer verify` as a user runs them.
+@Suite("tokentool ca, csr and peer", .serialized)
+struct CACLITests {
+    func tokentool(_ args: [String], cwd: URL) throws -> (status: Int32, out: String, err: String) {
+        try run(tokentoolExecutable, args, cwd: cwd)
+    }
+
+    @Test func theWholeFlowFromTheCommandLine() throws {
+        let openssl = try OpenSSL()
+        let dir = openssl.dir
+        func tool(_ args: [String]) throws -> (status: Int32, out: String, err: String) { try tokentool(args, cwd: dir) }
+        let initialised = try tool(["ca", "init", "--dir", "ca", "--app-id", "My-App", "--intermediate", "--token-reuse", "once"])
+        #expect(initialised.status == 0, "\(initialised.err)")
+        #expect(initialised.out.contains("trust domain: my-app"))
+        for (file, mode) in [("ca/issuer.key", 0o600), ("ca/root.key", 0o600), ("ca/root.pem", 0o644)] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: openssl.path(file))
+            #expect((attributes[.posixPermissions] as? Int) == mode, "\(file)")
+        }
+        // Never overwritten.
+        let again = try tool(["ca", "init", "--dir", "ca", "--app-id", "other"])
+        #expect(again.status == 2)
+        #expect(again.err.contains("never overwrites"))
+
+        #expect(try tool(["keygen", "ec", "--out", "idp.key", "--public-out", "idp.pub"]).status == 0)
+        let token = try tool(["sign", "--key", "idp.key", "--iss", "https://idp.example/", "--sub", "user-42", "--jti", "t1", "--expires-in", "600"])
+        #expect(token.status == 0, "\(token.err)")
+        try openssl.write("token.jwt", token.out)
+        let csr = try tool(["csr", "--key-type", "ed25519", "--out", "device.key"])
+        #expect(csr.status == 0, "\(csr.err)")
+        try openssl.write("device.csr", csr.out)
+        #expect(try openssl.run(["req", "-in", "device.csr", "-noout", "-verify"]).output.contains("verify OK"))
+
+        let issued = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "--iss", "https://idp.example/", "token.jwt"])
+        #expect(issued.status == 0, "\(issued.err)")
+        try openssl.write("device.pem", issued.out)
+        let verified = try openssl.run(["verify", "-CAfile", "ca/root.pem", "-untrusted", "ca/issuer.pem", "device.pem"])
+        #expect(verified.output.contains("device.pem: OK"), "\(verified.output)")
+        // Token reuse "once": the same token again is refused (exit 1), nothing recorded.
+        let reused = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "token.jwt"])
+        #expect(reused.status == 1)
+        #expect(reused.err.contains("token_reused"))
+        // A token signed by someone else is refused before anything is issued.
+        #expect(try tool(["keygen", "ec", "--out", "evil.key"]).status == 0)
+        let forged = try tool(["sign", "--key", "evil.key", "--iss", "https://idp.example/", "--sub", "admin", "--expires-in", "600"])
+        try openssl.write("forged.jwt", forged.out)
+        let refused = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "forged.jwt"])
+        #expect(refused.status == 1)
+        #expect(refused.err.contains("bad_signature"))
+
+        let list = try tool(["ca", "list", "--dir", "ca", "--json"])
+        #expect(list.status == 0)
+        let entries = try #require(try JSONSerialization.jsonObject(with: Data(list.out.utf8)) as? [[String: Any]])
+        #expect(entries.count == 1)
+        let serial = try #require(entries.first?["serial"] as? String)
+        #expect(entries.first?["subject"] as? String == "spiffe://my-app/idp.example/user-42")
+
+        let trusted = try tool(["peer", "verify", "--ca", "ca/root.pem", "--trust-domain", "my-app", "device.pem"])
+        #expect(trusted.status == 0, "\(trusted.err)")
+        #expect(trusted.out.contains("TRUSTED spiffe://my-app/idp.example/user-42"))
+        #expect(try tool(["peer", "verify", "--ca", "ca/root.pem", "--trust-domain", "other", "device.pem"]).status == 1)
+
+        #expect(try tool(["ca", "revoke", "--dir", "ca", "--reason", "keyCompromise", serial]).status == 0)
+        let crl = try tool(["ca", "crl", "--dir", "ca"])
+        try openssl.write("crl.pem", crl.out)
+        #expect(try openssl.must(["crl", "-in", "crl.pem", "-noout", "-text"]).contains(serial.uppercased()))
+        let revoked = try tool(["peer", "verify", "--ca", "ca/root.pem", "--crl", "crl.pem", "--crl-issuer", "ca/issuer.pem", "device.pem"])
+        #expect(revoked.status == 1)
+        #expect(revoked.err.contains("revoked"))
+        #expect(try tool(["ca", "revoke", "--dir", "ca", "00ff"]).status == 2)
+        // Help explains every command.
+        for command in [["ca"], ["ca", "init"], ["ca", "issue"], ["ca", "revoke"], ["ca", "list"], ["ca", "crl"], ["csr"], ["peer", "verify"]] {
+            let help = try tool(command + ["--help"])
+            #expect(help.status == 0)
+            #expect(help.out.contains("Example") || help.out.contains("SUBCOMMANDS"), "\(command)")
+        }
+    }
+}
