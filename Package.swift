@@ -101,7 +101,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenKitTests",
-            dependencies: ["TokenKit", "PDAKeys", "tokentool", "TestSupport"],
+            dependencies: ["TokenKit", "PDAKeys", "PeerCA", "tokentool", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PDAKeys
+import PeerCA
 import TokenKit
 
 /// Compiles and runs the README's library examples, and checks the README still shows them
@@ -94,6 +95,39 @@ struct ReadmeExamplesTests {
         print(verified.claims.subject ?? "-")
         await fetcher.shutdown()
         // README: end
+    }
+
+    @Test func peerCertificates() async throws {
+        let dir = try temporaryDirectory()
+        let idpKey = try JWTKey.generate(.ec(.p256))
+        let now = Int(Date().timeIntervalSince1970)
+        let jwt = try JWTSigner(key: idpKey).sign(claims: [
+            "iss": .string("https://idp.example/"), "sub": .string("user-42"), "exp": .integer(now + 600),
+        ])
+        let verifier = try JWTVerifier(key: idpKey.publicKey, policy: ClaimsPolicy(issuers: ["https://idp.example/"]))
+        let deviceKey = try CAKeyAlgorithm.p256.generate()
+        let csrPEM = try DeviceCSR.make(key: deviceKey)
+        let ledgerPath = dir.appendingPathComponent("ledger.sqlite").path
+        // README: begin
+        let material = try CertificateAuthority.create(name: "Example devices", withIntermediate: true)
+        let policy = try IssuancePolicy(appID: "my-app", provider: "idp")   // trust domain "my-app"
+        let ca = PeerCertificateAuthority(
+            authority: material.authority, policy: policy, ledger: try SQLiteLedger(path: ledgerPath))
+        let token = try verifier.verify(jwt)                                  // any TokenKit or PDAKeys verifier
+        let issued = try await ca.issue(token: token, csr: Array(csrPEM.utf8))
+        print(issued.identity.spiffeID, issued.serial, issued.notAfter)       // spiffe://my-app/idp.example/user-42
+        let pemChain = issued.chainPEM                                        // leaf + intermediate, for the device
+        // README: end
+        // README: begin
+        let peers = PeerVerifier(roots: [material.authority.root], trustDomain: "my-app")
+        let peer = try await peers.verify(chain: issued.chain, role: .client)
+        print(peer.spiffeID, peer.commonName ?? "-")
+        _ = try await ca.revoke(serial: issued.serial, reason: .keyCompromise)
+        let crlDER = try await ca.crl()                                        // signed RFC 5280 CRL
+        // README: end
+        #expect(!pemChain.isEmpty)
+        let list = try RevocationList(crlDER, issuer: material.authority.issuer)
+        #expect(list.revoked[issued.serial] != nil)
     }
 
     /// Every ```swift block of the README that is library code appears here verbatim.
