@@ -17,6 +17,7 @@
 #include <openssl/param_build.h>
 #include <openssl/rand.h>
 #include <openssl/hmac.h>
+#include <openssl/pkcs12.h>
 
 // OPENSSL_free is a macro; Swift cannot call it.
 static inline void tt_openssl_free(void *p) { OPENSSL_free(p); }

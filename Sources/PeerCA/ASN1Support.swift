@@ -45,6 +45,22 @@ enum ASN1Support {
         return date
     }
 
+    /// `SEQUENCE { tbs, signatureAlgorithm, signature BIT STRING [, [0] certificates] }` signed by
+    /// the CA's issuing key: the outer form of CRLs and BasicOCSPResponses.
+    static func signed(_ tbs: [UInt8], by authority: CertificateAuthority, certificates: [Certificate] = []) throws -> [UInt8] {
+        let signature = try authority.sign(tbs)
+        var out = DER.Serializer()
+        try out.appendConstructedNode(identifier: .sequence) { s in
+            s.serializeRawBytes(tbs)
+            try writeAlgorithm(authority.signatureAlgorithm, into: &s)
+            try s.serialize(ASN1BitString(bytes: signature[...]))
+            if !certificates.isEmpty {
+                try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in try s.serializeSequenceOf(certificates) }
+            }
+        }
+        return out.serializedBytes
+    }
+
     static let oids: [Certificate.SignatureAlgorithm: ASN1ObjectIdentifier] = [
         .ecdsaWithSHA256: [1, 2, 840, 10045, 4, 3, 2], .ecdsaWithSHA384: [1, 2, 840, 10045, 4, 3, 3],
         .ecdsaWithSHA512: [1, 2, 840, 10045, 4, 3, 4], .ed25519: [1, 3, 101, 112],

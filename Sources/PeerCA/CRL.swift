@@ -47,15 +47,7 @@ enum CRLEncoder {
                 }
                 try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in try s.serializeSequenceOf(extensions) }
             }
-            let tbsBytes = tbs.serializedBytes
-            let signature = try authority.sign(tbsBytes)
-            var out = DER.Serializer()
-            try out.appendConstructedNode(identifier: .sequence) { s in
-                s.serializeRawBytes(tbsBytes)
-                try ASN1Support.writeAlgorithm(authority.signatureAlgorithm, into: &s)
-                try s.serialize(ASN1BitString(bytes: signature[...]))
-            }
-            return out.serializedBytes
+            return try ASN1Support.signed(tbs.serializedBytes, by: authority)
         } catch let error as PeerCAError {
             throw error
         } catch {

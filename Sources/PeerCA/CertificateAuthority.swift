@@ -1,6 +1,7 @@
 import Crypto
 public import Foundation
 import SwiftASN1
+import TokenKit
 public import X509
 
 /// The CA's certificates and the key that signs peer certificates.
@@ -35,11 +36,15 @@ public struct CertificateAuthority: Sendable {
         /// The intermediate's private key, if one was made.
         public let intermediateKey: Certificate.PrivateKey?
 
-        /// The issuing key as PEM (PKCS#8; PKCS#1 for RSA). Write it with mode 0600.
-        public func issuerKeyPEM() throws(PeerCAError) -> String { try PEMText.privateKey(intermediateKey ?? rootKey) }
+        /// The issuing key as PEM (PKCS#8; PKCS#1 for RSA), or encrypted PKCS#8 under
+        /// `passphrase`. Write it with mode 0600.
+        public func issuerKeyPEM(passphrase: String? = nil) throws(PeerCAError) -> String {
+            try PEMText.privateKey(intermediateKey ?? rootKey, passphrase: passphrase)
+        }
 
-        /// The root key as PEM. Write it with mode 0600, and keep it offline when an intermediate issues.
-        public func rootKeyPEM() throws(PeerCAError) -> String { try PEMText.privateKey(rootKey) }
+        /// The root key as PEM (encrypted under `passphrase` if given). Write it with mode 0600,
+        /// and keep it offline when an intermediate issues.
+        public func rootKeyPEM(passphrase: String? = nil) throws(PeerCAError) -> String { try PEMText.privateKey(rootKey, passphrase: passphrase) }
     }
 
     /// Creates a root (and an intermediate that issues) with new keys of `algorithm`.
@@ -103,9 +108,17 @@ public struct CertificateAuthority: Sendable {
     }
 
     /// Loads a CA from PEM: the root certificate, the issuing certificate (the same text as the
-    /// root when the root issues) and the issuing key (PKCS#8, SEC1 or PKCS#1).
-    public init(rootPEM: String, issuerCertificatePEM: String, issuerKeyPEM: String) throws(PeerCAError) {
+    /// root when the root issues) and the issuing key (PKCS#8, SEC1 or PKCS#1; an `ENCRYPTED
+    /// PRIVATE KEY` needs `passphrase`).
+    public init(rootPEM: String, issuerCertificatePEM: String, issuerKeyPEM: String, passphrase: String? = nil) throws(PeerCAError) {
         let root: Certificate, issuer: Certificate, key: Certificate.PrivateKey
+        var issuerKeyPEM = issuerKeyPEM
+        if EncryptedPrivateKey.isEncrypted(issuerKeyPEM) {
+            guard let passphrase else { throw PeerCAError(.invalidCAMaterial, "the issuing key is encrypted; a passphrase is needed") }
+            do { issuerKeyPEM = try EncryptedPrivateKey.decrypt(issuerKeyPEM, passphrase: passphrase) } catch {
+                throw PeerCAError(.invalidCAMaterial, "cannot decrypt the issuing key: \(error.message)")
+            }
+        }
         do { root = try Certificate(pemEncoded: rootPEM) } catch { throw PeerCAError(.invalidCAMaterial, "the root is not a PEM certificate") }
         do { issuer = try Certificate(pemEncoded: issuerCertificatePEM) } catch {
             throw PeerCAError(.invalidCAMaterial, "the issuing certificate is not a PEM certificate")
@@ -194,7 +207,12 @@ public enum PEMText {
         PEMDocument(type: label, derBytes: der).pemString + "\n"
     }
 
-    static func privateKey(_ key: Certificate.PrivateKey) throws(PeerCAError) -> String {
-        do { return try key.serializeAsPEM().pemString + "\n" } catch { throw PeerCAError(.invalidCAMaterial, "the key cannot be written as PEM") }
+    static func privateKey(_ key: Certificate.PrivateKey, passphrase: String? = nil) throws(PeerCAError) -> String {
+        let pem: String
+        do { pem = try key.serializeAsPEM().pemString + "\n" } catch { throw PeerCAError(.invalidCAMaterial, "the key cannot be written as PEM") }
+        guard let passphrase else { return pem }
+        do { return try EncryptedPrivateKey.encrypt(privateKeyPEM: pem, passphrase: passphrase) } catch {
+            throw PeerCAError(.invalidCAMaterial, "cannot encrypt the key: \(error.message)")
+        }
     }
 }

@@ -151,27 +151,15 @@ enum OCSPResponder {
                 try s.serialize(explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific) { s in try s.serializeSequenceOf([nonce]) }
             }
         }
-        let tbs = data.serializedBytes
-        let signature = try authority.sign(tbs)
-        var basic = DER.Serializer()
-        try basic.appendConstructedNode(identifier: .sequence) { s in
-            s.serializeRawBytes(tbs)
-            try ASN1Support.writeAlgorithm(authority.signatureAlgorithm, into: &s)
-            try s.serialize(ASN1BitString(bytes: signature[...]))
-            if authority.issuer != authority.root {
-                // The responder is the intermediate: include it so clients can check its signature.
-                try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
-                    try s.serializeSequenceOf([authority.issuer])
-                }
-            }
-        }
+        // When the responder is the intermediate, include it so clients can check its signature.
+        let basic = try ASN1Support.signed(data.serializedBytes, by: authority, certificates: authority.intermediates)
         var out = DER.Serializer()
         try out.appendConstructedNode(identifier: .sequence) { s in
             try ResponseStatus.successful.rawValue.serialize(into: &s, withIdentifier: .enumerated)
             try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in
                 try s.appendConstructedNode(identifier: .sequence) { s in
                     try s.serialize(basicOID)
-                    try s.serialize(ASN1OctetString(contentBytes: basic.serializedBytes[...]))
+                    try s.serialize(ASN1OctetString(contentBytes: basic[...]))
                 }
             }
         }

@@ -29,13 +29,13 @@ struct CADirectory {
         return String(decoding: data, as: UTF8.self)
     }
 
-    func load(allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
+    func load(passphrase: PassphraseOptions, allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
         try Input.checkPrivate(issuerKey, allowInsecure: allowInsecure)
         let settings: Settings
         do { settings = try JSONDecoder().decode(Settings.self, from: Data(try read(self.settings).utf8)) } catch let error as CLIExit {
             throw error
         } catch { throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)") }
-        let authority = try CertificateAuthority(rootPEM: try read(rootCertificate), issuerCertificatePEM: try read(issuerCertificate), issuerKeyPEM: try read(issuerKey))
+        let authority = try CertificateAuthority(rootPEM: try read(rootCertificate), issuerCertificatePEM: try read(issuerCertificate), issuerKeyPEM: try read(issuerKey), passphrase: try passphrase.value())
         var policy = try IssuancePolicy(appID: settings.appID, trustDomainSuffix: settings.trustDomainSuffix, provider: settings.provider)
         policy.maximumValidity = settings.maximumValidity
         policy.defaultTokenReuse = IssuancePolicy.TokenReuse(rawValue: settings.tokenReuse) ?? .unlimited
@@ -45,6 +45,34 @@ struct CADirectory {
 }
 
 extension CAKeyAlgorithm: ExpressibleByArgument {}
+
+/// Where the passphrase of encrypted CA keys comes from.
+struct PassphraseOptions: ParsableArguments {
+    @Option(help: "File whose first line is the passphrase of the CA keys (mode 0600).")
+    var passphraseFile: String?
+
+    @Option(help: "Environment variable holding the passphrase of the CA keys.")
+    var passphraseEnv: String?
+
+    /// The passphrase, or nil when none was given.
+    func value() throws -> String? {
+        if let passphraseFile {
+            try Input.checkPrivate(passphraseFile, allowInsecure: false)
+            let text = String(decoding: try Input.read(passphraseFile), as: UTF8.self)
+            guard let line = text.split(separator: "\n", omittingEmptySubsequences: false).first, !line.isEmpty else {
+                throw CLIExit.usage("\(passphraseFile) holds no passphrase")
+            }
+            return String(line)
+        }
+        if let passphraseEnv {
+            guard let value = ProcessInfo.processInfo.environment[passphraseEnv], !value.isEmpty else {
+                throw CLIExit.usage("the environment variable \(passphraseEnv) is not set")
+            }
+            return value
+        }
+        return nil
+    }
+}
 
 struct CACommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -78,6 +106,7 @@ struct CAInit: ParsableCommand {
             Examples:
               tokentool ca init --dir ca --app-id 2f4e61b8 --name "Ditto app devices"
               tokentool ca init --dir ca --app-id my-app --trust-domain-suffix peers.example.com --key-type p384 --intermediate
+              CA_PASS=… tokentool ca init --dir ca --app-id my-app --passphrase-env CA_PASS   # keys encrypted
             """)
 
     @Option(help: "Directory for the CA's files (created if missing).")
@@ -107,6 +136,8 @@ struct CAInit: ParsableCommand {
     @Option(help: "Token reuse: unlimited, or once (per iss + jti).")
     var tokenReuse: String = "unlimited"
 
+    @OptionGroup(title: "Key encryption (optional)") var passphrase: PassphraseOptions
+
     func run() throws {
         guard IssuancePolicy.TokenReuse(rawValue: tokenReuse) != nil else { throw CLIExit.usage("--token-reuse must be unlimited or once") }
         guard maxValidity >= 60 else { throw CLIExit.usage("--max-validity must be at least 60 seconds") }
@@ -117,14 +148,15 @@ struct CAInit: ParsableCommand {
         if let existing = files.first(where: { FileManager.default.fileExists(atPath: $0) }) {
             throw CLIExit.usage("\(existing) exists; tokentool never overwrites CA material")
         }
+        let secret = try passphrase.value()
         let material = try CertificateAuthority.create(name: name, algorithm: keyType, withIntermediate: intermediate)
         let settings = CADirectory.Settings(
             appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider, maximumValidity: maxValidity, tokenReuse: tokenReuse)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         // Keys first: a failure leaves no certificate that has no key.
-        try Output.writeNew(directory.issuerKey, contents: Array(try material.issuerKeyPEM().utf8), mode: 0o600)
-        if intermediate { try Output.writeNew(directory.rootKey, contents: Array(try material.rootKeyPEM().utf8), mode: 0o600) }
+        try Output.writeNew(directory.issuerKey, contents: Array(try material.issuerKeyPEM(passphrase: secret).utf8), mode: 0o600)
+        if intermediate { try Output.writeNew(directory.rootKey, contents: Array(try material.rootKeyPEM(passphrase: secret).utf8), mode: 0o600) }
         try Output.writeNew(directory.rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644)
         try Output.writeNew(directory.issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644)
         try Output.writeNew(directory.settings, contents: Array(try encoder.encode(settings)) + [0x0a], mode: 0o644)
@@ -133,6 +165,7 @@ struct CAInit: ParsableCommand {
         print("  trust domain: \(policy.trustDomain)")
         print("  give peers:   \(directory.rootCertificate)")
         if intermediate { print("  offline key:  \(directory.rootKey) (not needed to issue)") }
+        if secret != nil { print("  keys encrypted with the passphrase (PKCS#8, AES-256-CBC, PBKDF2)") }
     }
 }
 
@@ -171,9 +204,11 @@ struct CAIssue: AsyncParsableCommand {
 
     @OptionGroup(title: "Token verification") var options: VerificationOptions
 
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
     func run() async throws {
         let text = try Input.token(token)
-        let (ca, _) = try CADirectory(path: dir).load(allowInsecure: options.allowInsecureKeyFile)
+        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase, allowInsecure: options.allowInsecureKeyFile)
         let request = try Input.read(csr)
         let (outcome, _) = try await options.verify(text)
         let verified: VerifiedToken
@@ -219,6 +254,8 @@ struct CARevoke: AsyncParsableCommand {
     @Option(help: "CA directory.")
     var dir: String
 
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
     @Option(help: "Revocation reason.")
     var reason: LedgerEntry.RevocationReason = .unspecified
 
@@ -226,7 +263,7 @@ struct CARevoke: AsyncParsableCommand {
     var serial: String
 
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load()
+        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
         let entry = try await ca.revoke(serial: serial, reason: reason)
         if case .revoked(let at, let reason) = entry.status {
             print("revoked \(entry.serial) (\(entry.subject)) at \(ISO8601DateFormatter().string(from: at)): \(reason.name)")
@@ -248,6 +285,8 @@ struct CAList: AsyncParsableCommand {
     @Option(help: "CA directory.")
     var dir: String
 
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
     @Option(help: "Only certificates for this SPIFFE ID or CN.")
     var subject: String?
 
@@ -258,7 +297,7 @@ struct CAList: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load()
+        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
         let entries: [LedgerEntry]
         if let subject { entries = try await ca.ledger.entries(subject: subject) } else { entries = try await ca.ledger.recent(limit: limit) }
         let formatter = ISO8601DateFormatter()
@@ -305,6 +344,8 @@ struct CACRL: AsyncParsableCommand {
     @Option(help: "CA directory.")
     var dir: String
 
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
     @Option(help: "Seconds until nextUpdate.")
     var validity: Double = 86_400
 
@@ -312,7 +353,7 @@ struct CACRL: AsyncParsableCommand {
     var der = false
 
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load()
+        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
         let crl = try await ca.crl(validity: validity)
         if der {
             FileHandle.standardOutput.write(Data(crl))

@@ -9,10 +9,10 @@ struct IssuanceTests {
     @Test(arguments: ["p256", "p384", "rsa2048", "ed25519"])
     func opensslCSRsAreIssuedAndVerifyInOpenSSL(keyType: String) async throws {
         let openssl = try OpenSSL()
-        let test = try TestCA()
+        let now = Date().timeIntervalSince1970.rounded(.down)
+        let test = try TestCA(clock: .fixed(now))
         let csr = try openssl.csr(keyType, name: "device")
-        let now = Date().timeIntervalSince1970
-        let token = try Tokens.verified(Tokens.claims(sub: "user-42", extra: ["name": .string("Ada")]), now: now)
+        let token = try Tokens.verified(Tokens.claims(sub: "user-42", now: now, extra: ["name": .string("Ada")]), now: now)
         let issued = try await test.ca.issue(token: token, csr: csr)
 
         // The identity comes from the token; every name the CSR asked for is ignored.
@@ -29,8 +29,8 @@ struct IssuanceTests {
         #expect(try leaf.extensions.authorityKeyIdentifier?.keyIdentifier == test.material.authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
         #expect(leaf.serialNumber.bytes.count == 16)
         // notBefore back-dated 5 minutes; notAfter capped by the token's exp (1 h) under the 24 h maximum.
-        #expect(abs(leaf.notValidBefore.timeIntervalSince1970 - (now - 300)) < 5)
-        #expect(abs(leaf.notValidAfter.timeIntervalSince1970 - (now + 3600)) < 5)
+        #expect(leaf.notValidBefore.timeIntervalSince1970 == now - 300)
+        #expect(leaf.notValidAfter.timeIntervalSince1970 == now + 3600)
 
         // openssl accepts the chain, for client and server use.
         try openssl.write("root.pem", test.root.pemString)
@@ -75,14 +75,16 @@ struct IssuanceTests {
     @Test func validityIsTheEarliestOfPolicyTokenAndRequest() async throws {
         let openssl = try OpenSSL()
         let csr = try openssl.csr("p256", name: "d")
-        let now = Date().timeIntervalSince1970
-        let test = try TestCA { $0.maximumValidity = 600 }
-        let long = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(lifetime: 7 * 86_400)), csr: csr)
-        #expect(abs(long.notAfter.timeIntervalSince1970 - (now + 600)) < 5)
-        let requested = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr, validity: 60)
-        #expect(abs(requested.notAfter.timeIntervalSince1970 - (now + 60)) < 5)
-        let short = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(lifetime: 120)), csr: csr)
-        #expect(abs(short.notAfter.timeIntervalSince1970 - (now + 120)) < 5)
+        let now = Date().timeIntervalSince1970.rounded(.down)
+        let test = try TestCA(clock: .fixed(now)) { $0.maximumValidity = 600 }
+        func token(_ lifetime: Double) throws -> VerifiedToken { try Tokens.verified(Tokens.claims(lifetime: lifetime, now: now), now: now) }
+        let long = try await test.ca.issue(token: try token(7 * 86_400), csr: csr)
+        #expect(long.notAfter.timeIntervalSince1970 == now + 600)
+        let requested = try await test.ca.issue(token: try token(3600), csr: csr, validity: 60)
+        #expect(requested.notAfter.timeIntervalSince1970 == now + 60)
+        let short = try await test.ca.issue(token: try token(120), csr: csr)
+        #expect(short.notAfter.timeIntervalSince1970 == now + 120)
+        #expect(short.notBefore.timeIntervalSince1970 == now - 300)
         await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr, validity: -1) }
         // Serials are unique.
         #expect(Set([long.serial, requested.serial, short.serial]).count == 3)

@@ -87,13 +87,16 @@ struct TestCA {
     let ca: PeerCertificateAuthority
     let dir: URL
 
-    init(algorithm: CAKeyAlgorithm = .p256, intermediate: Bool = true, configure: (inout IssuancePolicy) -> Void = { _ in }) throws {
+    init(
+        algorithm: CAKeyAlgorithm = .p256, intermediate: Bool = true, clock: VerificationClock = .system,
+        configure: (inout IssuancePolicy) -> Void = { _ in }
+    ) throws {
         dir = try temporaryDirectory()
         material = try CertificateAuthority.create(name: "Test devices", algorithm: algorithm, withIntermediate: intermediate)
         var policy = try IssuancePolicy(appID: "app-1234", trustDomainSuffix: "peers.example", provider: "idp")
         configure(&policy)
         let ledger = try SQLiteLedger(path: dir.appendingPathComponent("ledger.sqlite").path)
-        ca = PeerCertificateAuthority(authority: material.authority, policy: policy, ledger: ledger)
+        ca = PeerCertificateAuthority(authority: material.authority, policy: policy, ledger: ledger, clock: clock)
     }
 
     var root: Certificate { material.authority.root }
