@@ -88,7 +88,7 @@ let package = Package(
         .executableTarget(
             name: "tokenbench",
             dependencies: [
-                "TokenKit", "COpenSSL", "CAllocCounter",
+                "TokenKit", "PeerCA", "COpenSSL", "CAllocCounter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Benchmarks/tokenbench",

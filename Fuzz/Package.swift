@@ -1,5 +1,5 @@
 // swift-tools-version:6.1
-// libFuzzer targets for TokenKit. Build and run with ../scripts/fuzz.sh (it passes
+// libFuzzer targets for TokenKit and PeerCA. Build and run with ../scripts/fuzz.sh (it passes
 // -sanitize=fuzzer,address and -parse-as-library; libFuzzer provides main). A separate package so
 // that a plain `swift build` of tokentool never tries to link them without libFuzzer.
 import PackageDescription
@@ -11,6 +11,9 @@ let package = Package(
         .executableTarget(name: "FuzzToken", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
         .executableTarget(name: "FuzzJWK", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
         .executableTarget(name: "FuzzKeyFile", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
+        .executableTarget(
+            name: "FuzzCSR",
+            dependencies: [.product(name: "TokenKit", package: "tokentool"), .product(name: "PeerCA", package: "tokentool")]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(FuzzToken FuzzJWK FuzzKeyFile)
+[ ${#targets[@]} -gt 0 ] || targets=(FuzzToken FuzzJWK FuzzKeyFile FuzzCSR)
 
 swift build --package-path Fuzz -c release --build-path .build-fuzz \
     --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library >/dev/null
@@ -29,6 +29,7 @@ printf '\1{"alg":"HS256","typ":"JWT"}\n{"iss":"i","sub":"s","exp":1700000100,"ia
 printf '\1{"alg":"HS256","crit":["b64"],"b64":false}\n{"sub":"\\u00e9"}' > "$work/FuzzToken/corpus/signed-1"
 seed "$work/FuzzJWK/corpus" TestVectors/jose/latchset/*.jwk TestVectors/jose/latchset/*.jwkset
 seed "$work/FuzzKeyFile/corpus" TestVectors/peers/*.pem
+seed "$work/FuzzCSR/corpus" TestVectors/x509/pyca-requests/* TestVectors/x509/limbo-assets/*.csr
 
 for target in "${targets[@]}"; do
     mkdir -p "$work/$target/findings"

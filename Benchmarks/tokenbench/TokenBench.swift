@@ -44,6 +44,9 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Memory soak: verify this many tokens per mode (HS256; HS256 with the verified-token cache; RS256 a tenth as many) and print the process RSS ten times along the way.")
     var soak: Int?
 
+    @Option(help: "Issuance soak: issue this many certificates into a durable SQLite ledger, printing RSS and certificates/s ten times along the way.")
+    var soakIssue: Int?
+
     func run() async throws {
         if let peersCheck {
             try PeersMode.check(directory: peersCheck)
@@ -51,6 +54,10 @@ struct TokenBench: AsyncParsableCommand {
         }
         if let soak {
             try Soak.run(count: soak)
+            return
+        }
+        if let soakIssue {
+            try await IssuanceSoak.run(count: soakIssue)
             return
         }
         if let peers {
