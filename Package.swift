@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "TokenKit", targets: ["TokenKit"]),
         .library(name: "PDAKeys", targets: ["PDAKeys"]),
         .library(name: "PeerCA", targets: ["PeerCA"]),
+        .library(name: "TokenServer", targets: ["TokenServer"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
         .executable(name: "tokenbench", targets: ["tokenbench"]),
     ],
@@ -28,6 +29,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .systemLibrary(
@@ -73,10 +78,33 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "TokenServer",
+            dependencies: [
+                "TokenKit", "PDAKeys", "PeerCA",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "tokentool",
             dependencies: [
-                "TokenKit", "PDAKeys", "PeerCA",
+                "TokenKit", "PDAKeys", "PeerCA", "TokenServer",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings

@@ -24,7 +24,7 @@ struct Tokentool: AsyncParsableCommand {
               tokentool sign --key device.key --sub user-1 --iss me --expires-in 3600 > token.jwt
               tokentool verify --key device.pub --iss me token.jwt
             """,
-        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self, Demo.self]
+        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self, Serve.self, Demo.self]
     )
 
     static func main() async {

@@ -1,0 +1,128 @@
+public import Foundation
+import HTTPTypes
+public import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
+public import Logging
+import Metrics
+import NIOCore
+import NIOSSL
+import Prometheus
+import ServiceLifecycle
+import TokenKit
+
+/// The HTTP service: Hummingbird 2 routes around a ``TokenService``.
+///
+/// | endpoint | what |
+/// |---|---|
+/// | `POST /v1/auth` | the authentication webhook (Ditto's JSON) |
+/// | `POST /v1/certificates` | `{provider, token, csr}` → PEM chain, serial, notAfter |
+/// | `GET /v1/ca` | the CA root (PEM) |
+/// | `GET /v1/crl` | a signed CRL (DER) |
+/// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
+/// | `GET /healthz` | `ok` |
+/// | `GET /metrics` | Prometheus text |
+public enum TokenHTTPServer {
+    /// The Prometheus registry `/metrics` shows; bootstrapped into swift-metrics once per process.
+    static let registry: PrometheusCollectorRegistry = {
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        return registry
+    }()
+
+    /// The router with every endpoint.
+    public static func router(_ service: TokenService) -> Router<BasicRequestContext> {
+        _ = registry
+        let router = Router()
+        let maxBody = service.configuration.maxBodyBytes
+        let timeout = Duration.milliseconds(Int64(service.configuration.requestTimeout * 1000))
+        router.post("/v1/auth") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            return try await withTimeout(timeout) { await service.authenticate(body) }.http
+        }
+        router.post("/v1/certificates") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            return try await withTimeout(timeout) { await service.issueCertificate(body) }.http
+        }
+        router.get("/v1/ca") { _, _ -> Response in
+            ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)).http
+        }
+        router.get("/v1/crl") { _, _ -> Response in await service.crl().http }
+        router.post("/v1/ocsp") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            return await service.ocsp(body).http
+        }
+        router.get("/healthz") { _, _ -> Response in
+            ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)).http
+        }
+        router.get("/metrics") { _, _ -> Response in
+            ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer()).http
+        }
+        return router
+    }
+
+    static func collect(_ request: Request, upTo limit: Int) async throws -> [UInt8] {
+        do {
+            return Array(try await request.body.collect(upTo: limit).readableBytesView)
+        } catch is NIOTooManyBytesError {
+            throw ServiceHTTPError(.error(413, "body_too_large", "the request body exceeds \(limit) bytes"))
+        }
+    }
+
+    static func withTimeout(_ duration: Duration, _ operation: @escaping @Sendable () async -> ServiceResponse) async throws -> ServiceResponse {
+        await withTaskGroup(of: ServiceResponse?.self) { group in
+            group.addTask { await operation() }
+            group.addTask {
+                guard (try? await Task.sleep(for: duration)) != nil else { return nil }
+                return .error(503, "timeout", "the request took longer than \(duration)")
+            }
+            var first: ServiceResponse?
+            while first == nil, let next = await group.next() { first = next }
+            group.cancelAll()
+            return first ?? .error(500, "internal", "no response")
+        }
+    }
+
+    /// An application listening where the configuration says (HTTPS when `tls` is set);
+    /// `onRunning` receives the bound port.
+    public static func application(
+        _ service: TokenService, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws -> some ApplicationProtocol {
+        let configuration = service.configuration
+        let server: HTTPServerBuilder
+        let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: .seconds(Int64(max(configuration.requestTimeout, 5)))))
+        if let tls = configuration.tls {
+            do {
+                let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate)
+                let key = try NIOSSLPrivateKey(file: tls.key, format: .pem)
+                let tlsConfiguration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+                server = try .tls(http1, tlsConfiguration: tlsConfiguration)
+            } catch {
+                throw ConfigurationError(key: "tls", "the certificate or key cannot be used (\(error))")
+            }
+        } else {
+            server = http1
+        }
+        return Application(
+            router: router(service), server: server,
+            configuration: ApplicationConfiguration(address: .hostname(configuration.listen.host, port: configuration.listen.port), serverName: "tokentool"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? configuration.listen.port) },
+            logger: logger)
+    }
+}
+
+extension ServiceResponse {
+    var http: Response {
+        var headers: HTTPFields = [.contentType: contentType]
+        headers[.cacheControl] = "no-store"
+        return Response(status: HTTPResponse.Status(code: status), headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    }
+}
+
+/// A ``ServiceResponse`` thrown from a route (body too large).
+struct ServiceHTTPError: HTTPResponseError {
+    let serviceResponse: ServiceResponse
+    init(_ response: ServiceResponse) { serviceResponse = response }
+    var status: HTTPResponse.Status { HTTPResponse.Status(code: serviceResponse.status) }
+    func response(from request: Request, context: some RequestContext) throws -> Response { serviceResponse.http }
+}

@@ -1,0 +1,246 @@
+public import Foundation
+
+/// The service's configuration: one JSON file (`tokentool serve --config FILE`), or the embedded
+/// defaults (`tokentool serve`). Every problem found at start names the key it is about.
+///
+/// ```json
+/// {
+///   "listen": { "host": "127.0.0.1", "port": 8080 },
+///   "tls": { "certificate": "server.pem", "key": "server.key" },
+///   "state": "/var/lib/tokentool",
+///   "ca": { "directory": "/var/lib/tokentool/ca", "appID": "my-app", "passphraseEnv": "CA_PASS" },
+///   "store": "sqlite:/var/lib/tokentool/ledger.sqlite",
+///   "limits": { "maxBodyBytes": 65536, "requestTimeoutSeconds": 10, "maxExpirationSeconds": 86400 },
+///   "providers": {
+///     "hat": { "type": "pda", "allowedDomains": [".hubat.net"], "applications": ["my-app"] },
+///     "auth0": { "type": "oidc", "issuer": "https://tenant.eu.auth0.com/", "audiences": ["my-api"] },
+///     "partner": { "type": "jwks", "url": "https://idp.partner.example/jwks.json", "issuers": ["https://idp.partner.example/"] },
+///     "backend": { "type": "hs256", "secretFile": "/etc/tokentool/backend.secret", "issuers": ["backend"] },
+///     "legacy": { "type": "pem", "keyFile": "/etc/tokentool/legacy.pub", "issuers": ["legacy"] }
+///   }
+/// }
+/// ```
+public struct ServerConfiguration: Sendable, Codable, Hashable {
+    public struct Listen: Sendable, Codable, Hashable {
+        public var host: String = "127.0.0.1"
+        public var port: Int = 8080
+        public init(host: String = "127.0.0.1", port: Int = 8080) {
+            self.host = host
+            self.port = port
+        }
+    }
+
+    public struct TLS: Sendable, Codable, Hashable {
+        /// PEM certificate chain of the server.
+        public var certificate: String
+        /// PEM private key of the server (mode 0600).
+        public var key: String
+    }
+
+    public struct CA: Sendable, Codable, Hashable {
+        /// The CA directory (`tokentool ca init` layout). Created with a development CA on first
+        /// start when it does not exist and `createIfMissing` is true.
+        public var directory: String
+        /// App ID the trust domain derives from (used when the CA is created).
+        public var appID: String = "dev"
+        /// Environment variable holding the CA key passphrase, if the keys are encrypted.
+        public var passphraseEnv: String?
+        /// Create a CA on first start if the directory holds none. Default true.
+        public var createIfMissing: Bool? = true
+    }
+
+    public struct Limits: Sendable, Codable, Hashable {
+        /// Largest accepted request body. Default 64 KiB.
+        public var maxBodyBytes: Int? = 64 * 1024
+        /// Time allowed for one request. Default 10 s.
+        public var requestTimeoutSeconds: Double? = 10
+        /// Cap on the webhook's `expirationSeconds` and on certificate validity. Default 24 h.
+        public var maxExpirationSeconds: Int? = 86_400
+    }
+
+    /// Read and write permissions in Ditto's shape.
+    public struct Permission: Sendable, Codable, Hashable {
+        public var everything: Bool
+        public var queriesByCollection: [String: String]
+        public init(everything: Bool, queriesByCollection: [String: String] = [:]) {
+            self.everything = everything
+            self.queriesByCollection = queriesByCollection
+        }
+    }
+
+    public struct Permissions: Sendable, Codable, Hashable {
+        public var read: Permission
+        public var write: Permission
+        public init(read: Permission, write: Permission) {
+            self.read = read
+            self.write = write
+        }
+        /// Read and write everything.
+        public static let everything = Permissions(read: Permission(everything: true), write: Permission(everything: true))
+    }
+
+    /// One identity provider the webhook accepts tokens from, by name.
+    public struct Provider: Sendable, Codable, Hashable {
+        /// `pda`, `jwks`, `oidc`, `hs256` or `pem`.
+        public var type: String
+        /// pda: accepted DNS suffixes (default `.hubat.net`, `.hubofallthings.net`).
+        public var allowedDomains: [String]?
+        /// pda: accepted `application` values.
+        public var applications: [String]?
+        /// jwks: the JWK Set URL.
+        public var url: String?
+        /// oidc: the issuer URL (discovery).
+        public var issuer: String?
+        /// hs256: file holding the secret's bytes (mode 0600).
+        public var secretFile: String?
+        /// pem: public key file (PEM, JWK or JWKS).
+        public var keyFile: String?
+        /// Accepted `iss` values (required for jwks, hs256 and pem).
+        public var issuers: [String]?
+        /// Accepted audiences (the token's `aud` must contain one).
+        public var audiences: [String]?
+        /// Permissions granted to this provider's users. Default: read and write everything.
+        public var permissions: Permissions?
+        /// A claim holding Ditto permissions (`{"read": {...}, "write": {...}}`) that replaces them.
+        public var permissionsClaim: String?
+        /// Trust HTTPS servers whose certificates chain to this PEM file (private PKI).
+        public var caFile: String?
+    }
+
+    public var listen: Listen = Listen()
+    public var tls: TLS?
+    /// Directory for state (dev CA, ledger) when `ca`/`store` are not given. Default `tokentool-state`.
+    public var state: String?
+    public var ca: CA?
+    /// `sqlite:PATH` (default `<state>/ledger.sqlite`) or `postgres://user:pass@host:port/db`.
+    public var store: String?
+    public var limits: Limits?
+    public var providers: [String: Provider] = [:]
+
+    public init() {}
+
+    /// Parses and validates a configuration file's JSON.
+    public static func parse(_ data: Data) throws(ConfigurationError) -> ServerConfiguration {
+        let configuration: ServerConfiguration
+        do {
+            configuration = try JSONDecoder().decode(ServerConfiguration.self, from: data)
+        } catch let DecodingError.keyNotFound(key, context) {
+            throw ConfigurationError(key: path(context.codingPath + [key]), "is required")
+        } catch let DecodingError.typeMismatch(type, context) {
+            throw ConfigurationError(key: path(context.codingPath), "must be a \(type)")
+        } catch let DecodingError.valueNotFound(type, context) {
+            throw ConfigurationError(key: path(context.codingPath), "must be a \(type), not null")
+        } catch let DecodingError.dataCorrupted(context) {
+            throw ConfigurationError(key: path(context.codingPath), "is not valid JSON (\(context.debugDescription))")
+        } catch {
+            throw ConfigurationError(key: "", "cannot be read: \(error)")
+        }
+        try configuration.validate()
+        return configuration
+    }
+
+    static func path(_ keys: [any CodingKey]) -> String {
+        keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
+    }
+
+    /// Checks values the JSON types do not: ports, provider types and their required keys, limits.
+    public func validate() throws(ConfigurationError) {
+        guard (0...65535).contains(listen.port) else { throw ConfigurationError(key: "listen.port", "must be 0-65535") }
+        guard !listen.host.isEmpty else { throw ConfigurationError(key: "listen.host", "must not be empty") }
+        if let store, !(store.hasPrefix("sqlite:") || store.hasPrefix("postgres://") || store.hasPrefix("postgresql://")) {
+            throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://user:password@host:port/database")
+        }
+        if let maxBody = limits?.maxBodyBytes, !(1024...(16 << 20)).contains(maxBody) {
+            throw ConfigurationError(key: "limits.maxBodyBytes", "must be 1024 to 16777216")
+        }
+        if let timeout = limits?.requestTimeoutSeconds, !(timeout > 0 && timeout <= 300) {
+            throw ConfigurationError(key: "limits.requestTimeoutSeconds", "must be more than 0 and at most 300")
+        }
+        if let maxExpiration = limits?.maxExpirationSeconds, !(60...(30 * 86_400)).contains(maxExpiration) {
+            throw ConfigurationError(key: "limits.maxExpirationSeconds", "must be 60 to 2592000")
+        }
+        guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
+        for (name, provider) in providers {
+            let key = "providers.\(name)"
+            guard !name.isEmpty, name.utf8.count <= 64 else { throw ConfigurationError(key: key, "provider names have 1 to 64 characters") }
+            func require(_ value: Any?, _ field: String) throws(ConfigurationError) {
+                if value == nil { throw ConfigurationError(key: "\(key).\(field)", "is required for type \(provider.type)") }
+            }
+            switch provider.type {
+            case "pda": break
+            case "jwks":
+                try require(provider.url, "url")
+                try require(provider.issuers, "issuers")
+            case "oidc": try require(provider.issuer, "issuer")
+            case "hs256":
+                try require(provider.secretFile, "secretFile")
+                try require(provider.issuers, "issuers")
+            case "pem":
+                try require(provider.keyFile, "keyFile")
+                try require(provider.issuers, "issuers")
+            default:
+                throw ConfigurationError(key: "\(key).type", "must be pda, jwks, oidc, hs256 or pem (not \"\(provider.type.prefix(40))\")")
+            }
+            if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
+        }
+    }
+
+    var maxBodyBytes: Int { limits?.maxBodyBytes ?? 64 * 1024 }
+    var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
+    var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
+    var stateDirectory: String { state ?? "tokentool-state" }
+    var caDirectory: String { ca?.directory ?? (stateDirectory as NSString).appendingPathComponent("ca") }
+    var storeURL: String { store ?? "sqlite:" + (stateDirectory as NSString).appendingPathComponent("ledger.sqlite") }
+}
+
+/// A configuration problem, naming the key it is about.
+public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
+    /// The offending key, dotted (`providers.auth0.issuer`); empty for the whole file.
+    public let key: String
+    public let message: String
+    public init(key: String, _ message: String) {
+        self.key = key
+        self.message = message
+    }
+    public var description: String { key.isEmpty ? "configuration: \(message)" : "configuration: \(key) \(message)" }
+}
+
+extension ServerConfiguration {
+    /// The embedded defaults `tokentool serve` runs on without a file: state in `state`, a
+    /// development CA created there on first start, an SQLite ledger, 127.0.0.1:8080, and one
+    /// provider, `dev`, that accepts HS256 tokens with `iss` `tokentool-dev` signed with a random
+    /// secret kept in `<state>/dev-hs256.secret` (mode 0600, made on first start).
+    public static func embeddedDefaults(state: String = "tokentool-state", port: Int = 8080) throws -> ServerConfiguration {
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let secret = devSecretPath(state: state)
+        if !FileManager.default.fileExists(atPath: secret) {
+            var generator = SystemRandomNumberGenerator()
+            try SecureFileWriter.writeNew(secret, (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        }
+        var configuration = ServerConfiguration()
+        configuration.state = state
+        configuration.listen = Listen(host: "127.0.0.1", port: port)
+        configuration.ca = CA(directory: (state as NSString).appendingPathComponent("ca"), appID: "dev", passphraseEnv: nil, createIfMissing: true)
+        configuration.providers = [
+            "dev": Provider(type: "hs256", secretFile: secret, issuers: [devIssuer]),
+        ]
+        return configuration
+    }
+
+    /// The issuer of the development provider's tokens.
+    public static let devIssuer = "tokentool-dev"
+
+    /// Where the development provider's secret lives.
+    public static func devSecretPath(state: String) -> String { (state as NSString).appendingPathComponent("dev-hs256.secret") }
+}
+
+extension ServerConfiguration.Provider {
+    init(type: String, secretFile: String? = nil, keyFile: String? = nil, url: String? = nil, issuer: String? = nil, issuers: [String]? = nil) {
+        self.type = type
+        self.secretFile = secretFile
+        self.keyFile = keyFile
+        self.url = url
+        self.issuer = issuer
+        self.issuers = issuers
+    }
+}

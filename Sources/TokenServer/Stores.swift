@@ -1,0 +1,47 @@
+import Foundation
+import Logging
+import PeerCA
+
+/// The CA the server issues with: loaded from the configured directory, or created there as a
+/// development CA on first start.
+enum CAStore {
+    static func loadOrCreate(_ configuration: ServerConfiguration, logger: Logger) throws -> CertificateAuthority {
+        let files = CAFiles(directory: configuration.caDirectory)
+        var passphrase: String?
+        if let variable = configuration.ca?.passphraseEnv {
+            guard let value = ProcessInfo.processInfo.environment[variable], !value.isEmpty else {
+                throw ConfigurationError(key: "ca.passphraseEnv", "names \(variable), which is not set")
+            }
+            passphrase = value
+        }
+        if !files.exists {
+            guard configuration.ca?.createIfMissing ?? true else {
+                throw ConfigurationError(key: "ca.directory", "\(files.directory) holds no CA (createIfMissing is false)")
+            }
+            let material = try CertificateAuthority.create(name: "tokentool \(configuration.ca?.appID ?? "dev")", withIntermediate: true)
+            try files.create(material, passphrase: passphrase)
+            logger.notice("created a CA", metadata: ["directory": "\(files.directory)"])
+        }
+        return try files.load(passphrase: passphrase)
+    }
+}
+
+/// Ledger stores by URL: `sqlite:PATH`, `postgres://…`.
+enum LedgerStores {
+    static func open(_ url: String, logger: Logger) async throws -> any CertificateLedger {
+        if url.hasPrefix("sqlite:") {
+            let path = String(url.dropFirst("sqlite:".count))
+            let directory = (path as NSString).deletingLastPathComponent
+            if !directory.isEmpty {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            return try SQLiteLedger(path: path)
+        }
+        throw ConfigurationError(key: "store", "PostgreSQL ledgers are not available yet; use sqlite:PATH")
+    }
+}
+
+/// Writes secret files through PeerCA's atomic, never-overwriting writer.
+enum SecureFileWriter {
+    static func writeNew(_ path: String, _ bytes: [UInt8]) throws { try SecureFile.writeNew(path, bytes, mode: 0o600) }
+}

@@ -1,0 +1,137 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import PeerCA
+import ServiceLifecycle
+import TokenKit
+import TokenServer
+import UnixSignals
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the HTTP service: the auth webhook and certificate issuance.",
+        discussion: """
+            Without --config it runs on embedded defaults: state in ./tokentool-state (a development \
+            CA made on first start, an SQLite ledger), 127.0.0.1:8080, and one provider, "dev", that \
+            accepts HS256 tokens with iss "tokentool-dev" signed with the secret in \
+            tokentool-state/dev-hs256.secret. It prints where it listens and a curl line to try.
+
+            Endpoints: POST /v1/auth (Ditto webhook: {appID, provider, token}), POST \
+            /v1/certificates ({provider, token, csr}), GET /v1/ca, GET /v1/crl, POST /v1/ocsp, \
+            GET /healthz, GET /metrics. SIGTERM or Ctrl-C shut it down gracefully: requests in \
+            flight finish.
+
+            --config FILE reads a JSON configuration (see the README, "TokenServer"); errors name \
+            the offending key.
+
+            Examples:
+              tokentool serve
+              tokentool serve --port 9000 --state /tmp/tt
+              tokentool serve --config /etc/tokentool/server.json
+              tokentool serve --self-check      # start, call /v1/auth and /v1/certificates once, stop
+            """)
+
+    @Option(help: "JSON configuration file.")
+    var config: String?
+
+    @Option(help: "State directory for the embedded defaults.")
+    var state: String = "tokentool-state"
+
+    @Option(help: "Port (overrides the configuration; 0 picks a free one).")
+    var port: Int?
+
+    @Flag(help: "Start, send one webhook request and one certificate request to itself, print the answers, and stop.")
+    var selfCheck = false
+
+    func run() async throws {
+        var logger = Logger(label: "tokentool.serve")
+        logger.logLevel = .info
+        var configuration: ServerConfiguration
+        if let config {
+            guard let data = FileManager.default.contents(atPath: config) else { throw CLIExit.usage("cannot read \(config)") }
+            do { configuration = try ServerConfiguration.parse(data) } catch { throw CLIExit.usage("\(config): \(error)") }
+        } else {
+            configuration = try ServerConfiguration.embeddedDefaults(state: state)
+        }
+        if let port { configuration.listen.port = port }
+        if selfCheck { configuration.listen.port = 0 }
+        let service: TokenService
+        do { service = try await TokenService.start(configuration: configuration, logger: logger) } catch let error as ConfigurationError {
+            throw CLIExit.usage("\(config ?? "defaults"): \(error)")
+        }
+        let started = AsyncStream<Int>.makeStream()
+        let app = try TokenHTTPServer.application(service, logger: logger) { port in
+            started.continuation.yield(port)
+            started.continuation.finish()
+        }
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let devToken = config == nil ? try Self.devToken(state: state) : nil
+        let scheme = configuration.tls == nil ? "http" : "https"
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            guard let bound = await started.stream.first(where: { _ in true }) else { return }
+            let base = "\(scheme)://\(configuration.listen.host):\(bound)"
+            print("tokentool serve: listening on \(base) (CA root: GET \(base)/v1/ca)")
+            if let devToken {
+                print("try it:")
+                print("  curl -s -X POST \(base)/v1/auth -H 'content-type: application/json' -d '{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"\(devToken)\"}'")
+            }
+            if selfCheck {
+                do { try await Self.selfCheck(base: base, token: devToken, state: state) } catch {
+                    await group.triggerGracefulShutdown()
+                    throw error
+                }
+                await group.triggerGracefulShutdown()
+            }
+            try await tasks.waitForAll()
+        }
+        await service.shutdown()
+    }
+
+    /// A token the `dev` provider accepts: HS256, iss tokentool-dev, one hour.
+    static func devToken(state: String) throws -> String {
+        guard let secret = FileManager.default.contents(atPath: ServerConfiguration.devSecretPath(state: state)) else {
+            throw CLIExit.usage("no development secret in \(state)")
+        }
+        let now = Int(Date().timeIntervalSince1970)
+        return try JWTSigner(key: try JWTKey.hmac(secret: Array(secret))).sign(claims: [
+            "iss": .string(ServerConfiguration.devIssuer), "sub": .string("dev-user"), "name": .string("Dev User"),
+            "iat": .integer(now), "exp": .integer(now + 3600), "jti": .string(UUID().uuidString.lowercased()),
+        ])
+    }
+
+    static func selfCheck(base: String, token: String?, state: String) async throws {
+        guard let token else { throw CLIExit.usage("--self-check needs the embedded defaults (no --config)") }
+        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
+        func post(_ path: String, _ body: JSONValue) async throws -> (Int, String) {
+            var request = HTTPClientRequest(url: base + path)
+            request.method = .POST
+            request.headers.add(name: "content-type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: body.compactText))
+            let response = try await client.execute(request, timeout: .seconds(10))
+            let bytes = try await response.body.collect(upTo: 1 << 20)
+            return (Int(response.status.code), String(buffer: bytes))
+        }
+        do {
+            let (authStatus, auth) = try await post("/v1/auth", .object(["appID": .string("dev"), "provider": .string("dev"), "token": .string(token)]))
+            print("POST /v1/auth → \(authStatus) \(auth)")
+            let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+            let (certStatus, cert) = try await post("/v1/certificates", .object(["provider": .string("dev"), "token": .string(token), "csr": .string(csr)]))
+            let summary = (try? JSONValue.parse(Array(cert.utf8)))?.objectValue.map { object in
+                "serial \(object["serial"]?.stringValue ?? "-"), \(object["spiffeID"]?.stringValue ?? "-"), until \(object["notAfter"]?.stringValue ?? "-")"
+            } ?? cert
+            print("POST /v1/certificates → \(certStatus) \(summary)")
+            try await client.shutdown()
+            guard authStatus == 200, auth.contains("\"authenticate\":true"), certStatus == 200 else {
+                throw CLIExit(code: 1, message: "tokentool serve: self-check failed")
+            }
+            print("self-check passed")
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+}
