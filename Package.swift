@@ -143,6 +143,18 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "TokenServerTests",
+            dependencies: [
+                "TokenServer", "PeerCA", "TokenKit", "TestSupport", "tokentool",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "PeerCATests",
             dependencies: [
                 "PeerCA", "TokenKit", "TestSupport",

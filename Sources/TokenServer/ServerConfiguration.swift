@@ -28,6 +28,12 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
             self.host = host
             self.port = port
         }
+        enum CodingKeys: String, CodingKey { case host, port }
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            host = try container.decodeIfPresent(String.self, forKey: .host) ?? "127.0.0.1"
+            port = try container.decodeIfPresent(Int.self, forKey: .port) ?? 8080
+        }
     }
 
     public struct TLS: Sendable, Codable, Hashable {
@@ -41,8 +47,8 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         /// The CA directory (`tokentool ca init` layout). Created with a development CA on first
         /// start when it does not exist and `createIfMissing` is true.
         public var directory: String
-        /// App ID the trust domain derives from (used when the CA is created).
-        public var appID: String = "dev"
+        /// App ID the trust domain derives from; requests naming another `appID` are refused.
+        public var appID: String?
         /// Environment variable holding the CA key passphrase, if the keys are encrypted.
         public var passphraseEnv: String?
         /// Create a CA on first start if the directory holds none. Default true.
@@ -118,6 +124,20 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public var providers: [String: Provider] = [:]
 
     public init() {}
+
+    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers }
+
+    /// Keys that are left out take their defaults.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        listen = try container.decodeIfPresent(Listen.self, forKey: .listen) ?? Listen()
+        tls = try container.decodeIfPresent(TLS.self, forKey: .tls)
+        state = try container.decodeIfPresent(String.self, forKey: .state)
+        ca = try container.decodeIfPresent(CA.self, forKey: .ca)
+        store = try container.decodeIfPresent(String.self, forKey: .store)
+        limits = try container.decodeIfPresent(Limits.self, forKey: .limits)
+        providers = try container.decodeIfPresent([String: Provider].self, forKey: .providers) ?? [:]
+    }
 
     /// Parses and validates a configuration file's JSON.
     public static func parse(_ data: Data) throws(ConfigurationError) -> ServerConfiguration {

@@ -74,10 +74,10 @@ struct Serve: AsyncParsableCommand {
             tasks.addTask { try await group.run() }
             guard let bound = await started.stream.first(where: { _ in true }) else { return }
             let base = "\(scheme)://\(configuration.listen.host):\(bound)"
-            print("tokentool serve: listening on \(base) (CA root: GET \(base)/v1/ca)")
+            say("tokentool serve: listening on \(base) (CA root: GET \(base)/v1/ca)")
             if let devToken {
-                print("try it:")
-                print("  curl -s -X POST \(base)/v1/auth -H 'content-type: application/json' -d '{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"\(devToken)\"}'")
+                say("try it:")
+                say("  curl -s -X POST \(base)/v1/auth -H 'content-type: application/json' -d '{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"\(devToken)\"}'")
             }
             if selfCheck {
                 do { try await Self.selfCheck(base: base, token: devToken, state: state) } catch {
@@ -117,21 +117,27 @@ struct Serve: AsyncParsableCommand {
         }
         do {
             let (authStatus, auth) = try await post("/v1/auth", .object(["appID": .string("dev"), "provider": .string("dev"), "token": .string(token)]))
-            print("POST /v1/auth → \(authStatus) \(auth)")
+            say("POST /v1/auth → \(authStatus) \(auth)")
             let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
             let (certStatus, cert) = try await post("/v1/certificates", .object(["provider": .string("dev"), "token": .string(token), "csr": .string(csr)]))
             let summary = (try? JSONValue.parse(Array(cert.utf8)))?.objectValue.map { object in
                 "serial \(object["serial"]?.stringValue ?? "-"), \(object["spiffeID"]?.stringValue ?? "-"), until \(object["notAfter"]?.stringValue ?? "-")"
             } ?? cert
-            print("POST /v1/certificates → \(certStatus) \(summary)")
+            say("POST /v1/certificates → \(certStatus) \(summary)")
             try await client.shutdown()
             guard authStatus == 200, auth.contains("\"authenticate\":true"), certStatus == 200 else {
                 throw CLIExit(code: 1, message: "tokentool serve: self-check failed")
             }
-            print("self-check passed")
+            say("self-check passed")
         } catch {
             try? await client.shutdown()
             throw error
         }
     }
+}
+
+/// Writes a line to standard output at once (print is block-buffered into a pipe or a log file,
+/// and "listening on" must be seen when it happens).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }

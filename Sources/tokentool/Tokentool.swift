@@ -28,6 +28,7 @@ struct Tokentool: AsyncParsableCommand {
     )
 
     static func main() async {
+        unblockShutdownSignals()
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -68,4 +69,14 @@ struct CLIExit: Error {
 
 func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+
+/// A parent may start us with SIGTERM and SIGINT blocked (a test runner's mask is inherited);
+/// `serve` shuts down gracefully on them, so unblock both before any thread starts.
+func unblockShutdownSignals() {
+    var signals = sigset_t()
+    sigemptyset(&signals)
+    sigaddset(&signals, SIGTERM)
+    sigaddset(&signals, SIGINT)
+    pthread_sigmask(SIG_UNBLOCK, &signals, nil)
 }

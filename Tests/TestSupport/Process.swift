@@ -51,3 +51,13 @@ public func temporaryDirectory() throws -> URL {
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     return url
 }
+
+/// ``run(_:_:stdin:cwd:)`` off the cooperative thread pool: for async tests whose process talks
+/// to a server running in the same test process (a blocked pool thread could starve it).
+public func runDetached(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cwd: URL? = nil) async throws -> (status: Int32, out: String, err: String) {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(with: Result { try run(executable, arguments, stdin: stdin, cwd: cwd) })
+        }
+    }
+}

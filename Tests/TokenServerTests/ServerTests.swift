@@ -1,0 +1,227 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import PeerCA
+import ServiceLifecycle
+import TestSupport
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// A running server on loopback (real sockets), with a client and an openssl scratch directory.
+struct LiveServer {
+    let base: String
+    let state: URL
+    let service: TokenService
+    let client: HTTPClient
+    let secret: [UInt8]
+
+    /// Starts a server on embedded defaults (plus `configure`), runs `body`, stops it gracefully.
+    static func with<T: Sendable>(
+        configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, _ body: @Sendable (LiveServer) async throws -> T
+    ) async throws -> T {
+        let state = try temporaryDirectory()
+        var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+        configure(&configuration)
+        var logger = Logger(label: "test")
+        logger.logLevel = .warning
+        let service = try await TokenService.start(configuration: configuration, logger: logger)
+        let started = AsyncStream<Int>.makeStream()
+        let app = try TokenHTTPServer.application(service, logger: logger) { port in
+            started.continuation.yield(port)
+            started.continuation.finish()
+        }
+        let group = ServiceGroup(configuration: .init(services: [app], logger: logger))
+        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
+        let secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
+        return try await withThrowingTaskGroup(of: T?.self) { tasks in
+            tasks.addTask { try await group.run(); return nil }
+            guard let port = await started.stream.first(where: { _ in true }) else { throw SupportFailure("the server did not start") }
+            let server = LiveServer(base: "http://127.0.0.1:\(port)", state: state, service: service, client: client, secret: secret)
+            do {
+                let result = try await body(server)
+                await group.triggerGracefulShutdown()
+                try await client.shutdown()
+                try await tasks.waitForAll()
+                await service.shutdown()
+                return result
+            } catch {
+                await group.triggerGracefulShutdown()
+                try? await client.shutdown()
+                await service.shutdown()
+                throw error
+            }
+        }
+    }
+
+    func token(_ claims: [String: JSONValue] = [:], secret: [UInt8]? = nil, lifetime: Int = 3600) throws -> String {
+        let now = Int(Date().timeIntervalSince1970)
+        var all: [String: JSONValue] = [
+            "iss": .string(ServerConfiguration.devIssuer), "sub": .string("user-7"), "iat": .integer(now), "exp": .integer(now + lifetime),
+            "jti": .string(UUID().uuidString),
+        ]
+        all.merge(claims) { $1 }
+        return try JWTSigner(key: try JWTKey.hmac(secret: secret ?? self.secret)).sign(claims: all)
+    }
+
+    @discardableResult
+    func request(_ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String = "application/json") async throws -> (status: Int, body: [UInt8], headers: HTTPHeaders) {
+        var request = HTTPClientRequest(url: base + path)
+        request.method = method
+        if let body {
+            request.headers.add(name: "content-type", value: contentType)
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        let response = try await client.execute(request, timeout: .seconds(20))
+        let bytes = try await response.body.collect(upTo: 4 << 20)
+        return (Int(response.status.code), Array(bytes.readableBytesView), response.headers)
+    }
+
+    func json(_ path: String, _ object: [String: JSONValue]) async throws -> (status: Int, json: [String: JSONValue]) {
+        let (status, body, _) = try await request(.POST, path, body: Array(JSONValue.object(object).compactText.utf8))
+        return (status, (try? JSONValue.parse(body))?.objectValue ?? [:])
+    }
+}
+
+struct SupportFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension Optional where Wrapped == JSONValue {
+    var errorCode: String? { self?.objectValue?["code"]?.stringValue }
+}
+
+@Suite("TokenServer over real HTTP on loopback", .serialized)
+struct ServerTests {
+    @Test func webhookAnswersInDittosShape() async throws {
+        try await LiveServer.with { server in
+            let token = try server.token(["name": .string("Ada")], lifetime: 600)
+            let (status, reply) = try await server.json("/v1/auth", ["appID": .string("dev"), "provider": .string("dev"), "token": .string(token)])
+            #expect(status == 200)
+            #expect(reply["authenticate"] == .bool(true))
+            #expect(reply["authenticated"] == .bool(true))
+            #expect(reply["userID"]?.stringValue == "user-7")
+            let seconds = reply["expirationSeconds"]?.doubleValue ?? 0
+            #expect(seconds > 590 && seconds <= 600)
+            #expect(reply["permissions"]?.objectValue?["read"]?.objectValue?["everything"] == .bool(true))
+            #expect(reply["permissions"]?.objectValue?["write"]?.objectValue?["queriesByCollection"] == .object([:]))
+            #expect(reply["userInfo"]?.objectValue?["name"]?.stringValue == "Ada")
+            // databaseID works like appID.
+            let viaDatabase = try await server.json("/v1/auth", ["databaseID": .string("dev"), "provider": .string("dev"), "token": .string(token)])
+            #expect(viaDatabase.json["authenticate"] == .bool(true))
+        }
+    }
+
+    @Test func webhookRefusesWithStableCodes() async throws {
+        try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 300) }) { server in
+            func auth(_ token: String, provider: String = "dev", appID: String = "dev") async throws -> (Int, [String: JSONValue]) {
+                let (status, json) = try await server.json("/v1/auth", ["appID": .string(appID), "provider": .string(provider), "token": .string(token)])
+                return (status, json)
+            }
+            // expirationSeconds is capped by policy (300 s) however long the token lives.
+            let long = try await auth(try server.token(lifetime: 7 * 86_400))
+            #expect(long.1["expirationSeconds"]?.doubleValue == 300)
+            let cases: [(String, String)] = [
+                (try server.token(secret: Array(repeating: 7, count: 32)), "bad_signature"),
+                (try server.token(lifetime: -120), "expired"),
+                (try server.token(["iss": .string("someone-else")]), "issuer_mismatch"),
+                ("not-a-token", "malformed"),
+            ]
+            for (token, code) in cases {
+                let (status, reply) = try await auth(token)
+                #expect(status == 200)
+                #expect(reply["authenticate"] == .bool(false), "\(code)")
+                #expect(reply["authenticated"] == .bool(false))
+                #expect(reply["error"].errorCode == code)
+            }
+            #expect(try await auth(try server.token(), provider: "nope").0 == 400)
+            let mismatch = try await auth(try server.token(), appID: "other-app")
+            #expect(mismatch.0 == 400)
+            #expect(mismatch.1["error"].errorCode == "app_mismatch")
+            let garbage = try await server.request(.POST, "/v1/auth", body: Array("{not json".utf8))
+            #expect(garbage.status == 400)
+            #expect(String(decoding: garbage.body, as: UTF8.self).contains("invalid_request"))
+            let huge = try await server.request(.POST, "/v1/auth", body: Array(repeating: 0x20, count: 10_000))
+            #expect(huge.status == 413)
+            #expect(String(decoding: huge.body, as: UTF8.self).contains("body_too_large"))
+            // The secret never appears in an answer.
+            #expect(!String(decoding: garbage.body + huge.body, as: UTF8.self).contains(server.secret.map { String(format: "%02x", $0) }.joined()))
+        }
+    }
+
+    @Test func certificatesAreIssuedAndOpenSSLAcceptsThem() async throws {
+        try await LiveServer.with { server in
+            let dir = try temporaryDirectory()
+            let openssl = try #require(which("openssl"))
+            let csrResult = try await runDetached(openssl, ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "d.key", "-subj", "/CN=ignored"], cwd: dir)
+            #expect(csrResult.status == 0)
+            let token = try server.token()
+            let (status, reply) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csrResult.out)])
+            #expect(status == 200, "\(reply)")
+            let chain = try #require(reply["certificate"]?.stringValue)
+            #expect(reply["spiffeID"]?.stringValue == "spiffe://dev/tokentool-dev/user-7")
+            let serial = try #require(reply["serial"]?.stringValue)
+            let root = try await server.request(.GET, "/v1/ca")
+            #expect(root.status == 200)
+            try Data(root.body).write(to: dir.appendingPathComponent("root.pem"))
+            let certificates = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
+            try certificates[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
+            try certificates.dropFirst().joined().write(to: dir.appendingPathComponent("chain.pem"), atomically: true, encoding: .utf8)
+            let verified = try await runDetached(openssl, ["verify", "-CAfile", "root.pem", "-untrusted", "chain.pem", "leaf.pem"], cwd: dir)
+            #expect(verified.out.contains("leaf.pem: OK"), "\(verified.out)\(verified.err)")
+            // It is in the ledger; OCSP over HTTP (openssl as the client) says good, then revoked.
+            #expect(try await server.service.ca.ledger.entry(serial: serial) != nil)
+            try certificates.dropFirst().first?.write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+            try (String(decoding: root.body, as: UTF8.self) + certificates.dropFirst().joined()).write(to: dir.appendingPathComponent("cas.pem"), atomically: true, encoding: .utf8)
+            let ocspArguments = ["ocsp", "-issuer", "issuer.pem", "-cert", "leaf.pem", "-url", server.base + "/v1/ocsp", "-CAfile", "cas.pem"]
+            let good = try await runDetached(openssl, ocspArguments, cwd: dir)
+            #expect(good.out.contains("leaf.pem: good"), "\(good.out)\(good.err)")
+            _ = try await server.service.ca.revoke(serial: serial, reason: .keyCompromise)
+            let revoked = try await runDetached(openssl, ocspArguments, cwd: dir)
+            #expect(revoked.out.contains("leaf.pem: revoked"), "\(revoked.out)\(revoked.err)")
+            // The CRL over HTTP lists it.
+            let crl = try await server.request(.GET, "/v1/crl")
+            try Data(crl.body).write(to: dir.appendingPathComponent("crl.der"))
+            let text = try await runDetached(openssl, ["crl", "-inform", "DER", "-in", "crl.der", "-noout", "-text"], cwd: dir)
+            #expect(text.out.contains(serial.uppercased()))
+            // Bad CSRs and bad tokens get typed errors.
+            let badCSR = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(try server.token()), "csr": .string("garbage")])
+            #expect(badCSR.status == 400)
+            #expect(badCSR.json["error"].errorCode == "invalid_csr")
+            let badToken = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string("x.y.z"), "csr": .string(csrResult.out)])
+            #expect(badToken.status == 401)
+        }
+    }
+
+    @Test func healthAndMetrics() async throws {
+        try await LiveServer.with { server in
+            let health = try await server.request(.GET, "/healthz")
+            #expect(health.status == 200)
+            _ = try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(try server.token())])
+            let metrics = try await server.request(.GET, "/metrics")
+            #expect(metrics.status == 200)
+            let text = String(decoding: metrics.body, as: UTF8.self)
+            #expect(text.contains("tokenserver_requests_total"), "\(text.prefix(400))")
+            #expect(text.contains("tokenserver_auth_decisions_total"))
+            #expect(try await server.request(.GET, "/nope").status == 404)
+        }
+    }
+
+    @Test func configurationErrorsNameTheKey() throws {
+        func error(_ json: String) -> String {
+            do { _ = try ServerConfiguration.parse(Data(json.utf8)); return "" } catch { return error.key }
+        }
+        #expect(error(#"{"providers": {}}"#) == "providers")
+        #expect(error(#"{"providers": {"a": {"type": "oidc"}}}"#) == "providers.a.issuer")
+        #expect(error(#"{"providers": {"a": {"type": "magic"}}}"#) == "providers.a.type")
+        #expect(error(#"{"providers": {"a": {"type": "jwks", "url": "https://x/jwks"}}}"#) == "providers.a.issuers")
+        #expect(error(#"{"listen": {"port": 70000}, "providers": {"a": {"type": "pda"}}}"#) == "listen.port")
+        #expect(error(#"{"listen": {"port": "80"}, "providers": {"a": {"type": "pda"}}}"#) == "listen.port")
+        #expect(error(#"{"store": "mysql://x", "providers": {"a": {"type": "pda"}}}"#) == "store")
+        #expect(error(#"{"limits": {"maxBodyBytes": 10}, "providers": {"a": {"type": "pda"}}}"#) == "limits.maxBodyBytes")
+        #expect(error(#"{"providers": {"a": {"type": "pda"}}}"#) == "")
+    }
+}
