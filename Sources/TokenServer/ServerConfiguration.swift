@@ -53,6 +53,8 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var passphraseEnv: String?
         /// Create a CA on first start if the directory holds none. Default true.
         public var createIfMissing: Bool? = true
+        /// How often one token (`iss` + `jti`) may become a certificate: `unlimited` (default) or `once`.
+        public var tokenReuse: String?
     }
 
     public struct Limits: Sendable, Codable, Hashable {
@@ -178,6 +180,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         }
         if let maxExpiration = limits?.maxExpirationSeconds, !(60...(30 * 86_400)).contains(maxExpiration) {
             throw ConfigurationError(key: "limits.maxExpirationSeconds", "must be 60 to 2592000")
+        }
+        if let reuse = ca?.tokenReuse, reuse != "once", reuse != "unlimited" {
+            throw ConfigurationError(key: "ca.tokenReuse", "must be once or unlimited")
         }
         guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
         for (name, provider) in providers {

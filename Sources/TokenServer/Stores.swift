@@ -28,7 +28,21 @@ enum CAStore {
 
 /// Ledger stores by URL: `sqlite:PATH`, `postgres://…`.
 enum LedgerStores {
-    static func open(_ url: String, logger: Logger) async throws -> any CertificateLedger {
+    /// An open ledger and, for PostgreSQL, the task running its connection pool.
+    static func open(_ url: String, logger: Logger) async throws -> (any CertificateLedger, Task<Void, Never>?) {
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
+            let ledger = try PostgresLedger(url: url, logger: logger)
+            let running = Task { await ledger.run() }
+            do { try await ledger.migrate() } catch {
+                running.cancel()
+                throw error
+            }
+            return (ledger, running)
+        }
+        return (try openSQLite(url), nil)
+    }
+
+    static func openSQLite(_ url: String) throws -> any CertificateLedger {
         if url.hasPrefix("sqlite:") {
             let path = String(url.dropFirst("sqlite:".count))
             let directory = (path as NSString).deletingLastPathComponent
@@ -37,7 +51,7 @@ enum LedgerStores {
             }
             return try SQLiteLedger(path: path)
         }
-        throw ConfigurationError(key: "store", "PostgreSQL ledgers are not available yet; use sqlite:PATH")
+        throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://…")
     }
 }
 

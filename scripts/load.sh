@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Load test of `tokentool serve` from a second process on loopback, with wrk (Debian's package):
+# POST /v1/auth (the webhook: parse, HS256 verify, claims, JSON answer) and POST /v1/certificates
+# (verify, CSR check, P-256 signature, durable SQLite insert). Prints requests/s, p50 and p99.
+# Usage: scripts/load.sh [SECONDS] [CONNECTIONS]   (defaults 10 s, 32 connections, 2 wrk threads)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-10}"
+connections="${2:-32}"
+command -v wrk >/dev/null || { echo "load: apt-get install wrk" >&2; exit 2; }
+swift build -c release --product tokentool >/dev/null
+tool="$PWD/.build/release/tokentool"
+work=$(mktemp -d)
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+port=$((20000 + RANDOM % 20000))
+(cd "$work" && exec "$tool" serve --port "$port" > "$work/serve.log" 2>&1) &
+server=$!
+for _ in $(seq 100); do grep -q "curl -s" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "curl -s" "$work/serve.log" || { cat "$work/serve.log"; exit 1; }
+token=$(grep -o '"token":"[^"]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
+"$tool" csr --out "$work/device.key" > "$work/device.csr"
+csr=$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/device.csr")
+
+for endpoint in auth certificates; do
+    if [ "$endpoint" = auth ]; then
+        body="{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"$token\"}"
+    else
+        body="{\"provider\":\"dev\",\"token\":\"$token\",\"csr\":$csr}"
+    fi
+    cat > "$work/$endpoint.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[$body]]
+done = function(summary, latency, requests)
+  local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RESULT $endpoint requests/s %.0f p50_ms %.2f p99_ms %.2f requests %d errors %d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests, errors))
+end
+LUA
+    wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/$endpoint.lua" "http://127.0.0.1:$port/v1/$endpoint" | grep RESULT
+done
+echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded"

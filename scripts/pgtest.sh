@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A throw-away PostgreSQL server on loopback for the tests: `scripts/pgtest.sh start DIR PORT`
+# creates a cluster in DIR (owned by the postgres user when run as root: initdb refuses root),
+# starts it listening on 127.0.0.1:PORT only, creates database "tokentool", and prints its URL;
+# `scripts/pgtest.sh stop DIR` stops it and removes DIR.
+set -euo pipefail
+bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$bin" ] || { echo "pgtest: PostgreSQL is not installed (scripts/bootstrap.sh installs it)" >&2; exit 2; }
+as_postgres() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+case "${1:-}" in
+start)
+    dir=$2 port=$3
+    # The server must not inherit a descriptor of our caller (a pipe it reads to the end).
+    for fd in $(ls /proc/$$/fd); do
+        [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true
+    done
+    mkdir -p "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
+    as_postgres "$bin/initdb" -D "$dir/data" -A trust -U tokentool >/dev/null
+    # No inherited descriptors: a caller reading our output through a pipe must see it close.
+    as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start \
+        </dev/null >/dev/null 2>"$dir/pg_ctl.err"
+    as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U tokentool tokentool
+    echo "postgres://tokentool@127.0.0.1:$port/tokentool?sslmode=disable"
+    ;;
+stop)
+    dir=$2
+    as_postgres "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+    rm -rf "$dir"
+    ;;
+*)
+    echo "usage: scripts/pgtest.sh start DIR PORT | stop DIR" >&2
+    exit 2
+    ;;
+esac
