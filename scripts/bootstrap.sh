@@ -27,5 +27,10 @@ if ! python3 -c 'import jwt, cryptography' >/dev/null 2>&1; then
         || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jwt python3-cryptography >/dev/null
 fi
 python3 -c 'import jwt, cryptography' || { echo "bootstrap: PyJWT could not be installed" >&2; exit 1; }
+if ! python3 -c 'import openapi_spec_validator, openapi_schema_validator' >/dev/null 2>&1; then
+    echo "bootstrap: installing openapi-spec-validator (the OpenAPI contract test)"
+    python3 -m pip install --quiet openapi-spec-validator openapi-schema-validator 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages openapi-spec-validator openapi-schema-validator
+fi
 pkg-config --exists openssl libjwt || { echo "bootstrap: pkg-config cannot find openssl/libjwt" >&2; exit 1; }
 echo "bootstrap: ready (OpenSSL $(pkg-config --modversion openssl), libjwt $(pkg-config --modversion libjwt), PyJWT $(python3 -c 'import jwt; print(jwt.__version__)'))"

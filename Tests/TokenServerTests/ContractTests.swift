@@ -1,0 +1,58 @@
+import Foundation
+import NIOHTTP1
+import PeerCA
+import TestSupport
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// Live responses of every JSON endpoint, in success and error, checked against
+/// docs/openapi.json by scripts/check_openapi.py (openapi-spec-validator and
+/// openapi-schema-validator from PyPI): the document must be valid OpenAPI 3.1, and every status,
+/// content type and body must be documented.
+@Suite("Live responses match the OpenAPI document", .serialized)
+struct ContractTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test func liveResponsesMatchTheDocument() async throws {
+        let recorded = try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 3600) }) { server in
+            var recorded: [JSONValue] = []
+            func record(_ method: HTTPMethod, _ path: String, _ body: [UInt8]?) async throws {
+                let (status, bytes, headers) = try await server.request(method, path, body: body)
+                let contentType = headers.first(name: "content-type") ?? ""
+                let json: JSONValue = contentType.hasPrefix("application/json") ? try JSONValue.parse(bytes) : .null
+                recorded.append(.object([
+                    "path": .string(path), "method": .string(method == .GET ? "get" : "post"), "status": .integer(status),
+                    "contentType": .string(contentType), "body": json,
+                ]))
+            }
+            func json(_ object: [String: JSONValue]) -> [UInt8] { Array(JSONValue.object(object).compactText.utf8) }
+            let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+            let good = try server.token()
+            try await record(.POST, "/v1/auth", json(["appID": .string("dev"), "provider": .string("dev"), "token": .string(good)]))
+            try await record(.POST, "/v1/auth", json(["provider": .string("dev"), "token": .string(try server.token(lifetime: -300))]))
+            try await record(.POST, "/v1/auth", json(["provider": .string("nobody"), "token": .string(good)]))
+            try await record(.POST, "/v1/auth", Array("[1,2]".utf8))
+            try await record(.POST, "/v1/auth", Array(repeating: 0x20, count: 8000))
+            try await record(.POST, "/v1/certificates", json(["provider": .string("dev"), "token": .string(good), "csr": .string(csr)]))
+            try await record(.POST, "/v1/certificates", json(["provider": .string("dev"), "token": .string(good), "csr": .string("nope")]))
+            try await record(.POST, "/v1/certificates", json(["provider": .string("dev"), "token": .string("a.b.c"), "csr": .string(csr)]))
+            try await record(.POST, "/v1/certificates", json(["provider": .string("dev"), "token": .string(good)]))
+            try await record(.GET, "/v1/ca", nil)
+            try await record(.GET, "/v1/crl", nil)
+            try await record(.GET, "/healthz", nil)
+            try await record(.GET, "/metrics", nil)
+            return recorded
+        }
+        #expect(recorded.count == 13)
+        let dir = try temporaryDirectory()
+        let file = dir.appendingPathComponent("responses.json")
+        try JSONValue.array(recorded).prettyText.write(to: file, atomically: true, encoding: .utf8)
+        let python = try #require(which("python3"))
+        let result = try await runDetached(python, [
+            Self.root.appendingPathComponent("scripts/check_openapi.py").path, Self.root.appendingPathComponent("docs/openapi.json").path, file.path,
+        ])
+        #expect(result.status == 0, "\(result.out)\(result.err)")
+        #expect(result.out.contains("13 passed, 0 failed"), "\(result.out)\(result.err)")
+    }
+}
