@@ -24,9 +24,10 @@ public struct CAFiles: Sendable {
     /// Whether the directory holds a CA (its issuing key).
     public var exists: Bool { FileManager.default.fileExists(atPath: issuerKey) }
 
-    /// Loads the CA; the issuing key must not be readable by group or others.
-    public func load(passphrase: String?) throws(PeerCAError) -> CertificateAuthority {
-        try SecureFile.checkPrivate(issuerKey)
+    /// Loads the CA; the issuing key must not be readable by group or others unless
+    /// `allowInsecureKeyFile`.
+    public func load(passphrase: String?, allowInsecureKeyFile: Bool = false) throws(PeerCAError) -> CertificateAuthority {
+        if !allowInsecureKeyFile { try SecureFile.checkPrivate(issuerKey) }
         return try CertificateAuthority(
             rootPEM: try SecureFile.read(rootCertificate), issuerCertificatePEM: try SecureFile.read(issuerCertificate),
             issuerKeyPEM: try SecureFile.read(issuerKey), passphrase: passphrase)
@@ -58,7 +59,9 @@ public enum SecureFile {
         let directory = (path as NSString).deletingLastPathComponent
         let temporary = (directory.isEmpty ? "." : directory) + "/.tokentool-\(UUID().uuidString).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode)
-        guard fd >= 0 else { throw PeerCAError(.io, "cannot create a file in \(directory.isEmpty ? "." : directory)") }
+        guard fd >= 0 else {
+            throw PeerCAError(.io, "cannot create a file in \(directory.isEmpty ? "." : directory): \(String(cString: strerror(errno)))")
+        }
         defer { unlink(temporary) }
         var written = 0
         let ok = contents.withUnsafeBytes { buffer -> Bool in
@@ -73,18 +76,23 @@ public enum SecureFile {
         guard ok else { throw PeerCAError(.io, "cannot write \(path)") }
         guard link(temporary, path) == 0 else {
             if errno == EEXIST { throw PeerCAError(.fileExists, "\(path) exists; it is never overwritten") }
-            throw PeerCAError(.io, "cannot create \(path)")
+            throw PeerCAError(.io, "cannot create \(path): \(String(cString: strerror(errno)))")
         }
     }
 
     /// Refuses a secret file that group or others can read.
     public static func checkPrivate(_ path: String) throws(PeerCAError) {
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw PeerCAError(.io, "cannot read \(path)") }
-        let mode = info.st_mode & 0o777
+        guard let mode = permissions(path) else { throw PeerCAError(.io, "cannot read \(path)") }
         if mode & 0o077 != 0 {
-            throw PeerCAError(.invalidCAMaterial, "\(path) holds a private key but is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it")
+            throw PeerCAError(.invalidCAMaterial, "\(path) holds secret key material but is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it")
         }
+    }
+
+    /// A file's permission bits, or nil when it cannot be examined.
+    public static func permissions(_ path: String) -> mode_t? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return info.st_mode & 0o777
     }
 
     static func read(_ path: String) throws(PeerCAError) -> String {

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Foundation
 
 extension JWTKey {
     /// Creates a key from a JSON Web Key (RFC 7517, RFC 7518 §6, RFC 8037).
@@ -270,5 +271,35 @@ public struct JWKSet: Sendable {
         var items: [JSONValue] = []
         for key in keys { items.append(.object(try key.jwk(includePrivate: includePrivate))) }
         return JSONValue.object(["keys": .array(items)]).prettyText
+    }
+}
+
+/// The keys in a key file, whatever its form: a JWK Set, one JWK, or PEM/DER (public key,
+/// private key or certificate).
+///
+/// ```swift
+/// let file = try KeyFileContents(Array(try Data(contentsOf: url)))
+/// let verifier = try JWTVerifier(keys: file.keys)
+/// ```
+public struct KeyFileContents: Sendable {
+    /// The keys, in file order.
+    public let keys: [JWTKey]
+    /// JWK Set entries that were skipped (encryption keys, unknown types), one line each.
+    public let skipped: [String]
+    /// Whether the file was a JWK Set (several keys, each with its own `kid`).
+    public let isSet: Bool
+
+    public init(_ bytes: [UInt8]) throws(TokenError) {
+        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if text.hasPrefix("{") {
+            if case .object(let members)? = try? JSONValue.parse(text), members["keys"] != nil {
+                let set = try JWKSet(json: text)
+                (keys, skipped, isSet) = (set.keys, set.skipped, true)
+            } else {
+                (keys, skipped, isSet) = ([try JWTKey(jwk: text)], [], false)
+            }
+        } else {
+            (keys, skipped, isSet) = ([try JWTKey(pemOrDER: bytes)], [], false)
+        }
     }
 }

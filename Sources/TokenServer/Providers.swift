@@ -1,6 +1,7 @@
 import Foundation
-public import Logging
+import Logging
 import PDAKeys
+import PeerCA
 import TokenKit
 
 /// A configured identity provider, ready to verify tokens.
@@ -81,7 +82,9 @@ struct ProviderSet: Sendable {
                     kind = .remote(RemoteJWTVerifier(source: .oidc(issuer: provider.issuer ?? ""), store: try store(caFile: provider.caFile), policy: policy))
                 case "hs256":
                     let path = provider.secretFile ?? ""
-                    try KeyFiles.checkPrivate(path, key: "\(key).secretFile")
+                    do throws(PeerCAError) { try SecureFile.checkPrivate(path) } catch {
+                        throw ConfigurationError(key: "\(key).secretFile", error.message)
+                    }
                     guard let secret = FileManager.default.contents(atPath: path) else {
                         throw ConfigurationError(key: "\(key).secretFile", "cannot read \(path)")
                     }
@@ -90,7 +93,10 @@ struct ProviderSet: Sendable {
                     }
                 default:  // pem
                     let path = provider.keyFile ?? ""
-                    do { kind = .local(try JWTVerifier(keys: try KeyFiles.keys(path), policy: policy)) } catch let error as TokenError {
+                    guard let contents = FileManager.default.contents(atPath: path) else {
+                        throw ConfigurationError(key: "\(key).keyFile", "cannot read \(path)")
+                    }
+                    do { kind = .local(try JWTVerifier(keys: try KeyFileContents(Array(contents)).keys.map(\.publicKey), policy: policy)) } catch {
                         throw ConfigurationError(key: "\(key).keyFile", error.message)
                     }
                 }
@@ -106,29 +112,5 @@ struct ProviderSet: Sendable {
 
     func shutdown() async {
         for fetcher in fetchers { await fetcher.shutdown() }
-    }
-}
-
-/// Reading key files for providers.
-enum KeyFiles {
-    /// Public keys from PEM, DER, JWK or JWKS.
-    static func keys(_ path: String) throws -> [JWTKey] {
-        guard let data = FileManager.default.contents(atPath: path) else { throw ConfigurationError(key: "", "cannot read \(path)") }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        if text.hasPrefix("{") {
-            if text.contains("\"keys\"") { return try JWKSet(json: text).keys.map(\.publicKey) }
-            return [try JWTKey(jwk: text).publicKey]
-        }
-        return [try JWTKey(pemOrDER: Array(data)).publicKey]
-    }
-
-    /// Refuses secret files that group or others can read.
-    static func checkPrivate(_ path: String, key: String) throws(ConfigurationError) {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            let mode = attributes[.posixPermissions] as? Int
-        else { throw ConfigurationError(key: key, "cannot read \(path)") }
-        if mode & 0o077 != 0 {
-            throw ConfigurationError(key: key, "\(path) is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it")
-        }
     }
 }

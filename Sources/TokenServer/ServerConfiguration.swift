@@ -1,4 +1,5 @@
 public import Foundation
+import PeerCA
 
 /// The service's configuration: one JSON file (`tokentool serve --config FILE`), or the embedded
 /// defaults (`tokentool serve`). Every problem found at start names the key it is about.
@@ -240,7 +241,7 @@ extension ServerConfiguration {
         let secret = devSecretPath(state: state)
         if !FileManager.default.fileExists(atPath: secret) {
             var generator = SystemRandomNumberGenerator()
-            try SecureFileWriter.writeNew(secret, (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            try SecureFile.writeNew(secret, (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }, mode: 0o600)
         }
         var configuration = ServerConfiguration()
         configuration.state = state

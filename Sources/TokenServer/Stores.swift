@@ -54,8 +54,3 @@ enum LedgerStores {
         throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://…")
     }
 }
-
-/// Writes secret files through PeerCA's atomic, never-overwriting writer.
-enum SecureFileWriter {
-    static func writeNew(_ path: String, _ bytes: [UInt8]) throws { try SecureFile.writeNew(path, bytes, mode: 0o600) }
-}

@@ -4,16 +4,13 @@ public import PeerCA
 import TokenKit
 import X509
 
-/// The files of a CA directory made by `tokentool ca init`.
+/// A CA directory made by `tokentool ca init`: PeerCA's ``CAFiles`` layout, plus the settings
+/// (ca.json) and the ledger.
 struct CADirectory {
     let path: String
-    func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
-    var rootCertificate: String { file("root.pem") }
-    var rootKey: String { file("root.key") }
-    var issuerCertificate: String { file("issuer.pem") }
-    var issuerKey: String { file("issuer.key") }
-    var settings: String { file("ca.json") }
-    var ledger: String { file("ledger.sqlite") }
+    var files: CAFiles { CAFiles(directory: path) }
+    var settings: String { files.path("ca.json") }
+    var ledger: String { files.path("ledger.sqlite") }
 
     /// The CA's settings (ca.json): trust domain and provider name.
     struct Settings: Codable {
@@ -24,18 +21,15 @@ struct CADirectory {
         var tokenReuse: String
     }
 
-    func read(_ path: String) throws -> String {
-        guard let data = FileManager.default.contents(atPath: path) else { throw CLIExit.usage("cannot read \(path) (run tokentool ca init --dir \(self.path) first?)") }
-        return String(decoding: data, as: UTF8.self)
-    }
-
     func load(passphrase: PassphraseOptions, allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
-        try Input.checkPrivate(issuerKey, allowInsecure: allowInsecure)
+        guard let data = FileManager.default.contents(atPath: settings) else {
+            throw CLIExit.usage("cannot read \(settings) (run tokentool ca init --dir \(path) first?)")
+        }
         let settings: Settings
-        do { settings = try JSONDecoder().decode(Settings.self, from: Data(try read(self.settings).utf8)) } catch let error as CLIExit {
-            throw error
-        } catch { throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)") }
-        let authority = try CertificateAuthority(rootPEM: try read(rootCertificate), issuerCertificatePEM: try read(issuerCertificate), issuerKeyPEM: try read(issuerKey), passphrase: try passphrase.value())
+        do { settings = try JSONDecoder().decode(Settings.self, from: data) } catch {
+            throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)")
+        }
+        let authority = try files.load(passphrase: try passphrase.value(), allowInsecureKeyFile: allowInsecure)
         var policy = try IssuancePolicy(appID: settings.appID, trustDomainSuffix: settings.trustDomainSuffix, provider: settings.provider)
         policy.maximumValidity = settings.maximumValidity
         policy.defaultTokenReuse = IssuancePolicy.TokenReuse(rawValue: settings.tokenReuse) ?? .unlimited
@@ -144,7 +138,8 @@ struct CAInit: ParsableCommand {
         _ = try IssuancePolicy(appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider)
         let directory = CADirectory(path: dir)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let files = [directory.rootCertificate, directory.issuerCertificate, directory.issuerKey, directory.settings] + (intermediate ? [directory.rootKey] : [])
+        let ca = directory.files
+        let files = [ca.rootCertificate, ca.issuerCertificate, ca.issuerKey, directory.settings] + (intermediate ? [ca.rootKey] : [])
         if let existing = files.first(where: { FileManager.default.fileExists(atPath: $0) }) {
             throw CLIExit.usage("\(existing) exists; tokentool never overwrites CA material")
         }
@@ -154,17 +149,13 @@ struct CAInit: ParsableCommand {
             appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider, maximumValidity: maxValidity, tokenReuse: tokenReuse)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        // Keys first: a failure leaves no certificate that has no key.
-        try Output.writeNew(directory.issuerKey, contents: Array(try material.issuerKeyPEM(passphrase: secret).utf8), mode: 0o600)
-        if intermediate { try Output.writeNew(directory.rootKey, contents: Array(try material.rootKeyPEM(passphrase: secret).utf8), mode: 0o600) }
-        try Output.writeNew(directory.rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644)
-        try Output.writeNew(directory.issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644)
+        try ca.create(material, passphrase: secret)
         try Output.writeNew(directory.settings, contents: Array(try encoder.encode(settings)) + [0x0a], mode: 0o644)
         let policy = try IssuancePolicy(appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider)
         print("CA created in \(dir): \(keyType.rawValue)\(intermediate ? ", root + issuing intermediate" : ", root issues")")
         print("  trust domain: \(policy.trustDomain)")
-        print("  give peers:   \(directory.rootCertificate)")
-        if intermediate { print("  offline key:  \(directory.rootKey) (not needed to issue)") }
+        print("  give peers:   \(ca.rootCertificate)")
+        if intermediate { print("  offline key:  \(ca.rootKey) (not needed to issue)") }
         if secret != nil { print("  keys encrypted with the passphrase (PKCS#8, AES-256-CBC, PBKDF2)") }
     }
 }

@@ -1,5 +1,6 @@
 public import ArgumentParser
 import Foundation
+import PeerCA
 import TokenKit
 
 #if canImport(Glibc)
@@ -38,10 +39,7 @@ enum Input {
 
     /// Refuses a file holding secret material that group or others can read, unless allowed.
     static func checkPrivate(_ path: String, allowInsecure: Bool) throws {
-        guard path != "-", !allowInsecure else { return }
-        var info = stat()
-        guard stat(path, &info) == 0 else { return }
-        let mode = info.st_mode & 0o777
+        guard path != "-", !allowInsecure, let mode = SecureFile.permissions(path) else { return }
         if mode & 0o077 != 0 {
             throw CLIExit.usage(
                 "\(path) holds secret key material but is readable by group or others (mode \(String(mode, radix: 8))); run chmod 600 \(path), or pass --allow-insecure-key-file")
@@ -51,30 +49,17 @@ enum Input {
     /// Keys from a PEM, DER, JWK or JWKS file. Files with private material must be mode 0600
     /// (or stricter) unless `allowInsecure`.
     static func keys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?, allowInsecure: Bool = false) throws -> [JWTKey] {
-        let keys = try parseKeys(path: path, algorithms: algorithms, kid: kid)
+        let file = try KeyFileContents(try read(path))
+        for line in file.skipped { printError("tokentool: \(path): skipped \(line)") }
+        let keys = try file.keys.map { key in
+            var key = key
+            if let algorithms { key = try key.with(algorithms: algorithms) }
+            // A kid names one key; a JWK Set's keys keep their own.
+            if let kid, !file.isSet { key = key.with(kid: kid) }
+            return key
+        }
         if keys.contains(where: \.isPrivate) { try checkPrivate(path, allowInsecure: allowInsecure) }
         return keys
-    }
-
-    private static func parseKeys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?) throws -> [JWTKey] {
-        let bytes = try read(path)
-        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        if text.hasPrefix("{") {
-            if case .object(let members)? = try? JSONValue.parse(text), members["keys"] != nil {
-                let set = try JWKSet(json: text)
-                for line in set.skipped { printError("tokentool: \(path): skipped \(line)") }
-                return try set.keys.map { key in
-                    var key = key
-                    if let algorithms { key = try key.with(algorithms: algorithms) }
-                    return key
-                }
-            }
-            var key = try JWTKey(jwk: text)
-            if let algorithms { key = try key.with(algorithms: algorithms) }
-            if let kid { key = key.with(kid: kid) }
-            return [key]
-        }
-        return [try JWTKey(pemOrDER: bytes, algorithms: algorithms, kid: kid)]
     }
 
     static func secret(path: String, encoding: SecretEncoding, allowInsecure: Bool = false) throws -> [UInt8] {
@@ -97,25 +82,8 @@ enum SecretEncoding: String, ExpressibleByArgument, CaseIterable {
 enum Output {
     /// Writes a file that must not exist yet, atomically (temporary file, then link), with `mode`.
     static func writeNew(_ path: String, contents: [UInt8], mode: mode_t) throws {
-        let directory = (path as NSString).deletingLastPathComponent
-        let temporary = (directory.isEmpty ? "." : directory) + "/.tokentool-\(UUID().uuidString).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode)
-        guard fd >= 0 else { throw CLIExit.usage("cannot create a file in \(directory.isEmpty ? "." : directory): \(String(cString: strerror(errno)))") }
-        defer { unlink(temporary) }
-        var written = 0
-        let ok = contents.withUnsafeBytes { buffer -> Bool in
-            while written < buffer.count {
-                let n = Glibc.write(fd, buffer.baseAddress.map { $0 + written }, buffer.count - written)
-                if n <= 0 { return false }
-                written += n
-            }
-            return fsync(fd) == 0
-        }
-        close(fd)
-        guard ok else { throw CLIExit.usage("cannot write \(path)") }
-        guard link(temporary, path) == 0 else {
-            if errno == EEXIST { throw CLIExit.usage("\(path) exists; tokentool never overwrites key files") }
-            throw CLIExit.usage("cannot create \(path): \(String(cString: strerror(errno)))")
+        do { try SecureFile.writeNew(path, contents, mode: mode) } catch {
+            throw CLIExit.usage(error.code == .fileExists ? "\(path) exists; tokentool never overwrites key files" : error.message)
         }
     }
 
