@@ -1,4 +1,5 @@
 public import Foundation
+import Synchronization
 public import TokenKit
 
 /// Who a verified HAT application token says the caller is.
@@ -131,9 +132,6 @@ public struct HATTokenVerifier: Sendable {
     /// The token's `iss`, read before verification, after the header says RS256 — so a token
     /// for another algorithm never causes a request.
     static func unverifiedIssuer(_ token: String, maxTokenBytes: Int) throws(TokenError) -> String {
-        guard token.utf8.count <= maxTokenBytes else {
-            throw TokenError(.tokenTooLarge, "the token is \(token.utf8.count) bytes; at most \(maxTokenBytes) are accepted")
-        }
         let unverified = try UnverifiedToken(token, maxTokenBytes: maxTokenBytes)
         guard let alg = unverified.header["alg"]?.stringValue else { throw TokenError(.invalidHeader, "the header has no \"alg\" string") }
         guard alg == "RS256" else {
@@ -146,8 +144,9 @@ public struct HATTokenVerifier: Sendable {
     }
 }
 
-/// Verifiers per PDA, for the newest key set of each; bounded so a stream of tokens from many
-/// PDAs cannot grow it without limit.
+/// Verifiers for the newest key set of each issuer (one PDA each for ``HATTokenVerifier``, a
+/// single entry for ``RemoteJWTVerifier``), shared by copies of the verifier; bounded so a stream
+/// of tokens from many PDAs cannot grow it without limit.
 final class BuiltVerifiers: Sendable {
     private let slots = Mutex<[String: (generation: Int, verifier: JWTVerifier)]>([:])
     private let limit = 1024
@@ -166,5 +165,3 @@ final class BuiltVerifiers: Sendable {
         }
     }
 }
-
-import Synchronization

@@ -1,4 +1,3 @@
-import Synchronization
 public import TokenKit
 
 /// Verifies JWTs with keys an issuer publishes (JWKS URL, OpenID Connect discovery, or one PDA),
@@ -23,7 +22,7 @@ public struct RemoteJWTVerifier: Sendable {
     public let store: RemoteKeyStore
     public let policy: ClaimsPolicy
     public let engine: JWTVerifier.Engine
-    private let built = BuiltVerifier()
+    private let built = BuiltVerifiers()
 
     public init(source: KeySource, store: RemoteKeyStore, policy: ClaimsPolicy = ClaimsPolicy(), engine: JWTVerifier.Engine = .native) {
         var policy = policy
@@ -51,24 +50,9 @@ public struct RemoteJWTVerifier: Sendable {
 
     /// A ``TokenKit/JWTVerifier`` over one key set, built once per fetched generation.
     func verifier(for keys: RemoteKeySet) throws(TokenError) -> JWTVerifier {
-        if let cached = built.get(keys.generation) { return cached }
+        if let cached = built.get(issuer: "", generation: keys.generation) { return cached }
         let verifier = try JWTVerifier(keys: keys.keys, policy: policy, engine: engine, clock: store.clock)
-        built.set(keys.generation, verifier)
+        built.set(issuer: "", generation: keys.generation, verifier)
         return verifier
-    }
-}
-
-/// The verifier for the newest key set seen, shared by copies of a ``RemoteJWTVerifier``.
-final class BuiltVerifier: Sendable {
-    private let slot = Mutex<(generation: Int, verifier: JWTVerifier)?>(nil)
-
-    func get(_ generation: Int) -> JWTVerifier? {
-        slot.withLock { $0?.generation == generation ? $0?.verifier : nil }
-    }
-
-    func set(_ generation: Int, _ verifier: JWTVerifier) {
-        slot.withLock { current in
-            if (current?.generation ?? Int.min) < generation { current = (generation, verifier) }
-        }
     }
 }

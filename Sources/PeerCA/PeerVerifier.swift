@@ -55,10 +55,7 @@ public struct PeerVerifier: Sendable {
             RFC5280Policy()
             PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations)
         }
-        var diagnostics: [String] = []
-        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(chain.dropFirst())) { diagnostic in
-            diagnostics.append("\(diagnostic)")
-        }
+        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(chain.dropFirst()))
         switch result {
         case .validCertificate:
             break

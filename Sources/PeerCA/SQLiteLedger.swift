@@ -97,13 +97,11 @@ public final class SQLiteLedger: CertificateLedger {
     public func revoke(serial: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> LedgerEntry {
         let serial = serial.lowercased()
         do {
-            let changed = try await pool.write { db -> Int in
+            try await pool.write { db in
                 try db.execute(
                     sql: "UPDATE certificates SET revoked_at = ?, revocation_reason = ? WHERE serial = ? AND revoked_at IS NULL",
                     arguments: [date.timeIntervalSince1970, reason.rawValue, serial])
-                return db.changesCount
             }
-            _ = changed
         } catch {
             throw PeerCAError(.ledger, "cannot revoke: \(SQLiteLedger.describe(error))")
         }

@@ -43,15 +43,16 @@ public final class PostgresLedger: CertificateLedger {
         do {
             try await client.withConnection { connection in
                 try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
+                var failure: (any Error)?
                 do {
                     for statement in PostgresLedger.schema {
                         try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
                 } catch {
-                    try? await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
-                    throw error
+                    failure = error
                 }
                 try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
+                if let failure { throw failure }
             }
         } catch {
             throw PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))")

@@ -1,9 +1,9 @@
-public import Foundation
+import Foundation
 public import Logging
 import Metrics
 import PDAKeys
 public import PeerCA
-public import TokenKit
+import TokenKit
 
 /// What an endpoint answers: an HTTP status and a body.
 public struct ServiceResponse: Sendable {
