@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import PDAKeys
+import TestSupport
 import Synchronization
 import TokenKit
 
@@ -52,17 +53,10 @@ struct TestPKI: Sendable {
     }
 
     static func openssl(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
-        process.standardOutput = FileHandle.nullDevice
-        let err = Pipe()
-        process.standardError = err
-        try process.run()
-        let message = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw TestFailure("openssl \(arguments.prefix(2).joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))")
+        guard let openssl = which("openssl") else { throw TestFailure("openssl is not installed") }
+        let result = try run(openssl, arguments)
+        guard result.status == 0 else {
+            throw TestFailure("openssl \(arguments.prefix(2).joined(separator: " ")) failed: \(result.err)")
         }
     }
 }
