@@ -54,13 +54,15 @@ public struct CertificateAuthority: Sendable {
     ) throws(PeerCAError) -> Material {
         guard !name.isEmpty, name.count <= 64 else { throw PeerCAError(.invalidCAMaterial, "the CA name must have 1 to 64 characters") }
         let rootKey = try algorithm.generate()
-        let rootName: DistinguishedName
-        do {
-            rootName = try DistinguishedName {
-                OrganizationName(name)
-                CommonName("\(name) root CA")
-            }
-        } catch { throw PeerCAError(.invalidCAMaterial, "cannot build the root's name") }
+        func caName(_ commonName: String) throws(PeerCAError) -> DistinguishedName {
+            do {
+                return try DistinguishedName {
+                    OrganizationName(name)
+                    CommonName(commonName)
+                }
+            } catch { throw PeerCAError(.invalidCAMaterial, "cannot build the name \(commonName)") }
+        }
+        let rootName = try caName("\(name) root CA")
         let root = try makeCACertificate(
             subject: rootName, publicKey: rootKey.publicKey, issuer: rootName, issuerKey: rootKey, issuerSKI: nil,
             pathLength: withIntermediate ? 1 : 0, notBefore: now.addingTimeInterval(-300), notAfter: now.addingTimeInterval(rootValidity))
@@ -69,13 +71,7 @@ public struct CertificateAuthority: Sendable {
             return Material(authority: authority, rootKey: rootKey, intermediateKey: nil)
         }
         let intermediateKey = try algorithm.generate()
-        let intermediateName: DistinguishedName
-        do {
-            intermediateName = try DistinguishedName {
-                OrganizationName(name)
-                CommonName("\(name) issuing CA")
-            }
-        } catch { throw PeerCAError(.invalidCAMaterial, "cannot build the intermediate's name") }
+        let intermediateName = try caName("\(name) issuing CA")
         let intermediate = try makeCACertificate(
             subject: intermediateName, publicKey: intermediateKey.publicKey, issuer: rootName, issuerKey: rootKey,
             issuerSKI: SubjectKeyIdentifier(hash: rootKey.publicKey).keyIdentifier, pathLength: 0,

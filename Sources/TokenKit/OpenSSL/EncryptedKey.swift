@@ -57,14 +57,7 @@ public enum EncryptedPrivateKey {
             throw TokenError(.invalidKey, "wrong passphrase or damaged key")
         }
         defer { PKCS8_PRIV_KEY_INFO_free(info) }
-        var out: UnsafeMutablePointer<UInt8>? = nil
-        let length = i2d_PKCS8_PRIV_KEY_INFO(info, &out)
-        guard length > 0, let out else { throw OpenSSLError.take(.cryptoFailure, "cannot encode the decrypted key") }
-        defer {
-            OPENSSL_cleanse(out, Int(length))
-            tt_openssl_free(out)
-        }
-        return PEM.encode(label: "PRIVATE KEY", der: Array(UnsafeBufferPointer(start: out, count: Int(length))))
+        return PEM.encode(label: "PRIVATE KEY", der: try PKey.der(ofPrivateKeyInfo: info))
     }
 
     /// The passphrase as a NUL-terminated C string; empty or NUL-containing passphrases are refused.

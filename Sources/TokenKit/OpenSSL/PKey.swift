@@ -98,6 +98,11 @@ final class PKey: @unchecked Sendable {
             throw OpenSSLError.take(.cryptoFailure, "cannot encode the private key")
         }
         defer { PKCS8_PRIV_KEY_INFO_free(info) }
+        return try PKey.der(ofPrivateKeyInfo: info)
+    }
+
+    /// The DER of a PKCS8_PRIV_KEY_INFO; OpenSSL's copy is cleansed before it is freed.
+    static func der(ofPrivateKeyInfo info: OpaquePointer) throws(TokenError) -> [UInt8] {
         var out: UnsafeMutablePointer<UInt8>? = nil
         let length = i2d_PKCS8_PRIV_KEY_INFO(info, &out)
         guard length > 0, let out else { throw OpenSSLError.take(.cryptoFailure, "cannot encode the private key") }
