@@ -6,7 +6,7 @@ import PackageDescription
 
 let package = Package(
     name: "TokenKitFuzz",
-    dependencies: [.package(name: "tokentool", path: "..")],
+    dependencies: [.package(name: "tokentool", path: ".."), .package(url: "https://github.com/apple/swift-log", from: "1.16.2")],
     targets: [
         .executableTarget(name: "FuzzToken", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
         .executableTarget(name: "FuzzJWK", dependencies: [.product(name: "TokenKit", package: "tokentool")]),
@@ -14,6 +14,12 @@ let package = Package(
         .executableTarget(
             name: "FuzzCSR",
             dependencies: [.product(name: "TokenKit", package: "tokentool"), .product(name: "PeerCA", package: "tokentool")]),
+        .executableTarget(
+            name: "FuzzWebhook",
+            dependencies: [
+                .product(name: "TokenKit", package: "tokentool"), .product(name: "PeerCA", package: "tokentool"),
+                .product(name: "TokenServer", package: "tokentool"), .product(name: "Logging", package: "swift-log"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(FuzzToken FuzzJWK FuzzKeyFile FuzzCSR)
+[ ${#targets[@]} -gt 0 ] || targets=(FuzzToken FuzzJWK FuzzKeyFile FuzzCSR FuzzWebhook)
 
 swift build --package-path Fuzz -c release --build-path .build-fuzz \
     --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library >/dev/null
@@ -30,7 +30,17 @@ printf '\1{"alg":"HS256","crit":["b64"],"b64":false}\n{"sub":"\\u00e9"}' > "$wor
 seed "$work/FuzzJWK/corpus" TestVectors/jose/latchset/*.jwk TestVectors/jose/latchset/*.jwkset
 seed "$work/FuzzKeyFile/corpus" TestVectors/peers/*.pem
 seed "$work/FuzzCSR/corpus" TestVectors/x509/pyca-requests/* TestVectors/x509/limbo-assets/*.csr
+# FuzzWebhook: first byte even = /v1/auth, odd = /v1/certificates; @T = a valid token, @C = a valid CSR.
+mkdir -p "$work/FuzzWebhook/corpus"
+printf '\0{"appID":"dev","provider":"dev","token":"@T"}' > "$work/FuzzWebhook/corpus/auth-ok"
+printf '\0{"databaseID":"dev","provider":"dev","token":"@T","x":[1,-2.5e300,{"a":null}]}' > "$work/FuzzWebhook/corpus/auth-extra"
+printf '\0{"appID":"other","provider":"pda","token":"a.b.c"}' > "$work/FuzzWebhook/corpus/auth-bad"
+printf '\1{"provider":"dev","token":"@T","csr":"@C"}' > "$work/FuzzWebhook/corpus/cert-ok"
+printf '\1{"provider":"dev","token":"@T","csr":"@C","validitySeconds":-1e999}' > "$work/FuzzWebhook/corpus/cert-validity"
+printf '\1{"provider":"dev","token":"@T","csr":"-----BEGIN CERTIFICATE REQUEST-----\\nMIIB\\n-----END CERTIFICATE REQUEST-----"}' > "$work/FuzzWebhook/corpus/cert-bad"
 
+# Swift's backtracer would symbolicate the huge sanitizer binary for minutes after a crash.
+export SWIFT_BACKTRACE=enable=no
 for target in "${targets[@]}"; do
     mkdir -p "$work/$target/findings"
     echo "== $target: ${seconds}s"

@@ -1,6 +1,6 @@
 import Foundation
-import Logging
-import PeerCA
+public import Logging
+public import PeerCA
 
 /// The CA the server issues with: loaded from the configured directory, or created there as a
 /// development CA on first start.
@@ -26,10 +26,22 @@ enum CAStore {
     }
 }
 
-/// Ledger stores by URL: `sqlite:PATH`, `postgres://…`.
-enum LedgerStores {
-    /// An open ledger and, for PostgreSQL, the task running its connection pool.
-    static func open(_ url: String, logger: Logger) async throws -> (any CertificateLedger, Task<Void, Never>?) {
+/// A ledger opened from a store URL, the form the server's `store` key takes: `sqlite:PATH` or
+/// `postgres://user:password@host:port/database`. Close it when done (for PostgreSQL that stops the
+/// connection pool).
+///
+/// ```swift
+/// let store = try await LedgerStore.open("sqlite:tokentool-state/ledger.sqlite", logger: logger)
+/// defer { Task { await store.close() } }
+/// let recent = try await store.ledger.recent(limit: 10)
+/// ```
+public struct LedgerStore: Sendable {
+    /// The open ledger.
+    public let ledger: any CertificateLedger
+    let running: Task<Void, Never>?
+
+    /// Opens (and for a new database, creates the tables of) the ledger `url` names.
+    public static func open(_ url: String, logger: Logger) async throws -> LedgerStore {
         if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
             let ledger = try PostgresLedger(url: url, logger: logger)
             let running = Task { await ledger.run() }
@@ -37,11 +49,20 @@ enum LedgerStores {
                 running.cancel()
                 throw error
             }
-            return (ledger, running)
+            return LedgerStore(ledger: ledger, running: running)
         }
-        return (try openSQLite(url), nil)
+        return LedgerStore(ledger: try LedgerStores.openSQLite(url), running: nil)
     }
 
+    /// Closes the connections (PostgreSQL); an SQLite ledger closes when released.
+    public func close() async {
+        guard let running else { return }
+        running.cancel()
+        await running.value
+    }
+}
+
+enum LedgerStores {
     static func openSQLite(_ url: String) throws -> any CertificateLedger {
         if url.hasPrefix("sqlite:") {
             let path = String(url.dropFirst("sqlite:".count))

@@ -35,38 +35,36 @@ public final class TokenService: Sendable {
     public static func start(configuration: ServerConfiguration, logger: Logger) async throws -> TokenService {
         try configuration.validate()
         let authority = try CAStore.loadOrCreate(configuration, logger: logger)
-        let (ledger, ledgerTask) = try await LedgerStores.open(configuration.storeURL, logger: logger)
+        let store = try await LedgerStore.open(configuration.storeURL, logger: logger)
+        let ledger = store.ledger
         var policy = try IssuancePolicy(appID: configuration.ca?.appID ?? "dev", provider: "webhook")
         policy.maximumValidity = Double(configuration.maxExpirationSeconds)
         policy.defaultTokenReuse = configuration.ca?.tokenReuse == "once" ? .oncePerTokenID : .unlimited
         let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: ledger)
         let providers: ProviderSet
         do { providers = try ProviderSet.build(configuration, logger: logger) } catch {
-            ledgerTask?.cancel()
+            await store.close()
             throw error
         }
         return TokenService(
-            configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, ledgerTask: ledgerTask)
+            configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store)
     }
 
-    let ledgerTask: Task<Void, Never>?
+    let store: LedgerStore
 
-    init(configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?, ledgerTask: Task<Void, Never>?) {
+    init(configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?, store: LedgerStore) {
         self.configuration = configuration
         self.ca = ca
         self.providers = providers
         self.logger = logger
         self.appID = appID
-        self.ledgerTask = ledgerTask
+        self.store = store
     }
 
     /// Closes the HTTP clients of remote providers and the ledger's connections.
     public func shutdown() async {
         await providers.shutdown()
-        if let ledgerTask {
-            ledgerTask.cancel()
-            await ledgerTask.value
-        }
+        await store.close()
     }
 
     // MARK: Requests

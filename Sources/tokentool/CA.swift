@@ -1,7 +1,9 @@
 public import ArgumentParser
 import Foundation
+import Logging
 public import PeerCA
 import TokenKit
+import TokenServer
 import X509
 
 /// A CA directory made by `tokentool ca init`: PeerCA's ``CAFiles`` layout, plus the settings
@@ -22,12 +24,8 @@ struct CADirectory {
     }
 
     func load(passphrase: PassphraseOptions, allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
-        guard let data = FileManager.default.contents(atPath: settings) else {
-            throw CLIExit.usage("cannot read \(settings) (run tokentool ca init --dir \(path) first?)")
-        }
-        let settings: Settings
-        do { settings = try JSONDecoder().decode(Settings.self, from: data) } catch {
-            throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)")
+        guard let settings = try readSettings() else {
+            throw CLIExit.usage("cannot read \(self.settings) (run tokentool ca init --dir \(path) first?)")
         }
         let authority = try files.load(passphrase: try passphrase.value(), allowInsecureKeyFile: allowInsecure)
         var policy = try IssuancePolicy(appID: settings.appID, trustDomainSuffix: settings.trustDomainSuffix, provider: settings.provider)
@@ -36,6 +34,55 @@ struct CADirectory {
         let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger))
         return (ca, settings)
     }
+
+    func readSettings() throws -> Settings? {
+        guard let data = FileManager.default.contents(atPath: settings) else { return nil }
+        do { return try JSONDecoder().decode(Settings.self, from: data) } catch {
+            throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)")
+        }
+    }
+
+    /// The CA and a ledger for the commands that do not issue (revoke, list, crl): the ledger is
+    /// `store` when given (a `tokentool serve` deployment's store), else ledger.sqlite here; a CA
+    /// directory made by `tokentool serve` has no ca.json, which these commands do not need.
+    func loadForLedger(passphrase: PassphraseOptions, store: StoreOption) async throws -> (PeerCertificateAuthority, LedgerStore?) {
+        let settings = try readSettings()
+        guard settings != nil || files.exists else {
+            throw CLIExit.usage("\(path) holds no CA (run tokentool ca init --dir \(path) first?)")
+        }
+        let authority = try files.load(passphrase: try passphrase.value())
+        // Not used to issue: revocation, listing and CRLs do not consult the issuance policy.
+        let policy = try IssuancePolicy(appID: settings?.appID ?? "tokentool", provider: settings?.provider ?? "tokentool")
+        guard let url = store.store else {
+            return (PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger)), nil)
+        }
+        let opened: LedgerStore
+        do { opened = try await LedgerStore.open(url, logger: Logger(label: "tokentool")) } catch let error as ConfigurationError {
+            throw CLIExit.usage("--store \(error.message)")
+        }
+        return (PeerCertificateAuthority(authority: authority, policy: policy, ledger: opened.ledger), opened)
+    }
+
+    /// Runs `body` with ``loadForLedger(passphrase:store:)``'s CA, closing the store after.
+    func withLedgerCA<T>(passphrase: PassphraseOptions, store: StoreOption, _ body: (PeerCertificateAuthority) async throws -> T) async throws -> T {
+        let (ca, opened) = try await loadForLedger(passphrase: passphrase, store: store)
+        do {
+            let result = try await body(ca)
+            await opened?.close()
+            return result
+        } catch {
+            await opened?.close()
+            throw error
+        }
+    }
+}
+
+/// Which ledger the CA commands read and write.
+struct StoreOption: ParsableArguments {
+    @Option(help: ArgumentHelp(
+        "The ledger, when not ledger.sqlite in the CA directory: sqlite:PATH or postgres://user:password@host:port/database.",
+        discussion: "For a CA run by tokentool serve, its store: sqlite:tokentool-state/ledger.sqlite on the embedded defaults."))
+    var store: String?
 }
 
 extension CAKeyAlgorithm: ExpressibleByArgument {}
@@ -227,6 +274,8 @@ struct CAIssue: AsyncParsableCommand {
 
 extension LedgerEntry.RevocationReason: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
+    public static var allValueStrings: [String] { allCases.map(\.name) }
+    public static var allValueDescriptions: [String: String] { [:] }
 }
 
 struct CARevoke: AsyncParsableCommand {
@@ -240,6 +289,7 @@ struct CARevoke: AsyncParsableCommand {
 
             Example:
               tokentool ca revoke --dir ca --reason keyCompromise 5f1c0a…
+              tokentool ca revoke --dir tokentool-state/ca --store sqlite:tokentool-state/ledger.sqlite 5f1c0a…
             """)
 
     @Option(help: "CA directory.")
@@ -247,15 +297,18 @@ struct CARevoke: AsyncParsableCommand {
 
     @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
 
-    @Option(help: "Revocation reason.")
-    var reason: LedgerEntry.RevocationReason = .unspecified
+    @Option(help: "Revocation reason (default unspecified).")
+    var reason: LedgerEntry.RevocationReason?
 
     @Argument(help: "Serial number in hex.")
     var serial: String
 
+    @OptionGroup(title: "Ledger") var store: StoreOption
+
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
-        let entry = try await ca.revoke(serial: serial, reason: reason)
+        let entry = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+            try await ca.revoke(serial: serial, reason: reason ?? .unspecified)
+        }
         if case .revoked(let at, let reason) = entry.status {
             print("revoked \(entry.serial) (\(entry.subject)) at \(ISO8601DateFormatter().string(from: at)): \(reason.name)")
         }
@@ -271,6 +324,7 @@ struct CAList: AsyncParsableCommand {
               tokentool ca list --dir ca
               tokentool ca list --dir ca --subject user-42
               tokentool ca list --dir ca --json
+              tokentool ca list --dir tokentool-state/ca --store sqlite:tokentool-state/ledger.sqlite
             """)
 
     @Option(help: "CA directory.")
@@ -287,10 +341,12 @@ struct CAList: AsyncParsableCommand {
     @Flag(help: "One JSON array.")
     var json = false
 
+    @OptionGroup(title: "Ledger") var store: StoreOption
+
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
-        let entries: [LedgerEntry]
-        if let subject { entries = try await ca.ledger.entries(subject: subject) } else { entries = try await ca.ledger.recent(limit: limit) }
+        let entries = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+            if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
+        }
         let formatter = ISO8601DateFormatter()
         if json {
             Output.json(.array(entries.prefix(limit).map { entry in
@@ -329,6 +385,7 @@ struct CACRL: AsyncParsableCommand {
             Examples:
               tokentool ca crl --dir ca > crl.pem
               tokentool ca crl --dir ca --der --validity 3600 > crl.der
+              tokentool ca crl --dir /etc/tokentool/ca --store postgres://tokentool:secret@db:5432/tokentool
               openssl crl -in crl.pem -noout -text
             """)
 
@@ -343,9 +400,12 @@ struct CACRL: AsyncParsableCommand {
     @Flag(help: "DER instead of PEM.")
     var der = false
 
+    @OptionGroup(title: "Ledger") var store: StoreOption
+
     func run() async throws {
-        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase)
-        let crl = try await ca.crl(validity: validity)
+        let crl = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+            try await ca.crl(validity: validity)
+        }
         if der {
             FileHandle.standardOutput.write(Data(crl))
         } else {

@@ -1,6 +1,11 @@
 import Foundation
+import PeerCA
 import TestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tokentool serve` as a process: the self-check, configuration errors, and SIGTERM.
 @Suite("tokentool serve as a process", .serialized)
@@ -17,6 +22,30 @@ struct ServeProcessTests {
         let root = try Data(contentsOf: dir.appendingPathComponent("tokentool-state/ca/root.pem"))
         #expect(try run(tokentoolExecutable, ["serve", "--self-check"], cwd: dir).status == 0)
         #expect(try Data(contentsOf: dir.appendingPathComponent("tokentool-state/ca/root.pem")) == root)
+    }
+
+    /// An operator revokes what `tokentool serve` issued: the CA commands take the server's store.
+    @Test func caCommandsWorkOnTheServersStore() throws {
+        let dir = try temporaryDirectory()
+        #expect(try run(tokentoolExecutable, ["serve", "--self-check"], cwd: dir).status == 0)
+        let store = ["--dir", "tokentool-state/ca", "--store", "sqlite:tokentool-state/ledger.sqlite"]
+        let list = try run(tokentoolExecutable, ["ca", "list", "--json"] + store, cwd: dir)
+        #expect(list.status == 0, "\(list.err)")
+        let serial = list.out.firstMatch(of: /"serial"\s*:\s*"([0-9a-f]+)"/).map { String($0.1) } ?? ""
+        #expect(list.out.contains("spiffe://dev/tokentool-dev/dev-user"), "\(list.out)")
+        let revoke = try run(tokentoolExecutable, ["ca", "revoke", "--reason", "keyCompromise"] + store + [serial], cwd: dir)
+        #expect(revoke.status == 0, "\(revoke.err)")
+        #expect(revoke.out.contains("keyCompromise"))
+        let crl = try run(tokentoolExecutable, ["ca", "crl"] + store, cwd: dir)
+        try crl.out.write(to: dir.appendingPathComponent("crl.pem"), atomically: true, encoding: .utf8)
+        let text = try run(which("openssl") ?? URL(fileURLWithPath: "/usr/bin/openssl"), ["crl", "-in", "crl.pem", "-noout", "-text"], cwd: dir)
+        #expect(text.out.uppercased().contains(serial.uppercased()), "\(text.out)\(text.err)")
+        // Without --store the CA directory's own (empty) ledger is used: nothing to revoke there.
+        let elsewhere = try run(tokentoolExecutable, ["ca", "revoke", "--dir", "tokentool-state/ca", serial], cwd: dir)
+        #expect(elsewhere.status != 0)
+        let bad = try run(tokentoolExecutable, ["ca", "list", "--dir", "tokentool-state/ca", "--store", "mysql://x"], cwd: dir)
+        #expect(bad.status == 2)
+        #expect(bad.err.contains("--store"), "\(bad.err)")
     }
 
     @Test func badConfigurationNamesTheKey() throws {
@@ -57,4 +86,129 @@ struct ServeProcessTests {
         #expect(process.terminationReason == .exit, "\(text)")
         #expect(process.terminationStatus == 0)
     }
+
+    /// A certificate request whose body is still arriving when SIGTERM comes: the server stops
+    /// accepting connections at once, finishes that request (the certificate is answered and in the
+    /// ledger), then exits 0.
+    @Test func sigtermLetsAnInFlightRequestFinish() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global().async { continuation.resume(with: Result { try inFlight() }) }
+        }
+    }
+
+    func inFlight() throws {
+        let dir = try temporaryDirectory()
+        let process = Process()
+        process.executableURL = tokentoolExecutable
+        process.arguments = ["serve", "--port", "0"]
+        process.currentDirectoryURL = dir
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = Pipe()
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        var text = ""
+        let deadline = Date().addingTimeInterval(30)
+        while !text.contains("curl -s"), Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        guard let port = text.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap({ UInt16($0.1) }),
+            let token = text.firstMatch(of: /"token":"([A-Za-z0-9_.-]+)"/)?.1
+        else {
+            Issue.record("no port or token in: \(text)")
+            return
+        }
+        let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+        let escaped = csr.replacingOccurrences(of: "\n", with: "\\n")
+        let body = Array(#"{"provider":"dev","token":"\#(token)","csr":"\#(escaped)"}"#.utf8)
+        let head = "POST /v1/certificates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n"
+
+        let connection = try LoopbackSocket(port: port)
+        try connection.send(Array(head.utf8) + body[..<100])
+        Thread.sleep(forTimeInterval: 0.5)  // the server has the head: the request is in flight
+        process.terminate()  // SIGTERM
+        // New connections are refused while the in-flight request holds the process open.
+        var refused = false
+        for _ in 0..<50 where !refused {
+            Thread.sleep(forTimeInterval: 0.1)
+            refused = (try? LoopbackSocket(port: port)) == nil
+        }
+        #expect(refused, "the server still accepts connections after SIGTERM")
+        #expect(process.isRunning, "the server exited with a request in flight")
+        try connection.send(Array(body[100...]))
+        let response = String(decoding: connection.receiveAll(), as: UTF8.self)
+        #expect(response.hasPrefix("HTTP/1.1 200"), "\(response.prefix(300))")
+        let serial = response.firstMatch(of: /"serial":"([0-9a-f]+)"/).map { String($0.1) }
+        #expect(serial != nil)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 0)
+        // The answered certificate is in the ledger.
+        let ledger = try SQLiteLedger(path: dir.appendingPathComponent("tokentool-state/ledger.sqlite").path)
+        let entry = try blockingEntry(ledger, serial: serial ?? "")
+        #expect(entry?.serial == serial)
+    }
+
+    func blockingEntry(_ ledger: SQLiteLedger, serial: String) throws -> LedgerEntry? {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: Result<LedgerEntry?, PeerCAError> = .success(nil)
+        Task {
+            do throws(PeerCAError) { result = .success(try await ledger.entry(serial: serial)) } catch { result = .failure(error) }
+            done.signal()
+        }
+        done.wait()
+        return try result.get()
+    }
 }
+
+/// A plain TCP connection to 127.0.0.1, for requests sent in pieces.
+final class LoopbackSocket {
+    let fd: Int32
+
+    struct Failure: Error { let call: String; let errno: Int32 }
+
+    init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(call: "socket", errno: errno) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard status == 0 else {
+            let code = errno
+            close(fd)
+            throw Failure(call: "connect", errno: code)
+        }
+    }
+
+    deinit { close(fd) }
+
+    func send(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent > 0 else { throw Failure(call: "send", errno: errno) }
+            offset += sent
+        }
+    }
+
+    /// Everything until the server closes the connection (or 10 s pass).
+    func receiveAll() -> [UInt8] {
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            received += buffer[..<count]
+        }
+        return received
+    }
+}
+
