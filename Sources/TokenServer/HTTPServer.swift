@@ -7,6 +7,7 @@ public import Logging
 import Metrics
 import NIOCore
 import NIOSSL
+import PeerCA
 import Prometheus
 import ServiceLifecycle
 import TokenKit
@@ -92,6 +93,9 @@ public enum TokenHTTPServer {
         let server: HTTPServerBuilder
         let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: .seconds(Int64(max(configuration.requestTimeout, 5)))))
         if let tls = configuration.tls {
+            do throws(PeerCAError) { try SecureFile.checkPrivate(tls.key) } catch {
+                throw ConfigurationError(key: "tls.key", error.message)
+            }
             do {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate)
                 let key = try NIOSSLPrivateKey(file: tls.key, format: .pem)

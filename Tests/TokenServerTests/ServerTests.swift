@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import PeerCA
 import ServiceLifecycle
 import TestSupport
@@ -223,5 +224,52 @@ struct ServerTests {
         #expect(error(#"{"store": "mysql://x", "providers": {"a": {"type": "pda"}}}"#) == "store")
         #expect(error(#"{"limits": {"maxBodyBytes": 10}, "providers": {"a": {"type": "pda"}}}"#) == "limits.maxBodyBytes")
         #expect(error(#"{"providers": {"a": {"type": "pda"}}}"#) == "")
+    }
+
+    /// With `tls` set the service speaks HTTPS only; a key file others can read is refused.
+    @Test func servesHTTPSWhenConfigured() async throws {
+        let dir = try temporaryDirectory()
+        let openssl = which("openssl") ?? URL(fileURLWithPath: "/usr/bin/openssl")
+        let made = try await runDetached(openssl, [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key", "-out", "server.pem",
+            "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+        ], cwd: dir)
+        #expect(made.status == 0, "\(made.err)")
+        let certificate = dir.appendingPathComponent("server.pem").path, key = dir.appendingPathComponent("server.key").path
+        // Group- or world-readable key: refused before listening, naming the key.
+        chmod(key, 0o644)
+        do {
+            let state = try temporaryDirectory()
+            var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+            configuration.tls = .init(certificate: certificate, key: key)
+            let service = try await TokenService.start(configuration: configuration, logger: Logger(label: "test"))
+            let error = #expect(throws: ConfigurationError.self) { _ = try TokenHTTPServer.application(service, logger: Logger(label: "test")) }
+            #expect(error?.key == "tls.key")
+            await service.shutdown()
+        }
+        chmod(key, 0o600)
+        try await LiveServer.with(configure: { $0.tls = .init(certificate: certificate, key: key) }) { server in
+            let port = server.base.split(separator: ":").last.map(String.init) ?? ""
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.trustRoots = .file(certificate)
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: tls))
+            do {
+                var request = HTTPClientRequest(url: "https://localhost:\(port)/v1/auth")
+                request.method = .POST
+                request.headers.add(name: "content-type", value: "application/json")
+                let body = JSONValue.object(["appID": .string("dev"), "provider": .string("dev"), "token": .string(try server.token())])
+                request.body = .bytes(ByteBuffer(string: body.compactText))
+                let response = try await client.execute(request, timeout: .seconds(20))
+                let bytes = try await response.body.collect(upTo: 1 << 20)
+                #expect(response.status == .ok)
+                #expect(String(buffer: bytes).contains("\"authenticate\":true"))
+                try await client.shutdown()
+            } catch {
+                try? await client.shutdown()
+                throw error
+            }
+            // Plain HTTP to the same port gets no answer.
+            await #expect(throws: (any Error).self) { try await server.request(.GET, "/healthz") }
+        }
     }
 }
