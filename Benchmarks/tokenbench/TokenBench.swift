@@ -29,7 +29,7 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Repetitions per row (the median is reported).")
     var reps: Int = 3
 
-    @Option(help: "Run only rows whose name contains this text.")
+    @Option(help: "Run only rows whose name contains this text (ending in $: exactly this name).")
     var filter: String?
 
     @Option(help: "Also write the results as JSON to this file.")
@@ -72,7 +72,7 @@ struct TokenBench: AsyncParsableCommand {
         for algorithm in [JWTAlgorithm.rs256, .hs256, .es256, .eddsa] {
             let names = ["openssl-raw.limit.\(algorithm)", "tokenkit.native.\(algorithm).cache-hit"]
                 + JWTVerifier.Engine.allCases.map { "tokenkit.\($0.rawValue).\(algorithm)" }
-            if let filter, !names.contains(where: { $0.contains(filter) }) { continue }
+            if filter != nil, !names.contains(where: selected) { continue }
             let workload = try Workload(algorithm)
             let limit = try workload.rawLimit()
             var candidates: [(String, (Int) -> Bool)] = [("openssl-raw.limit.\(algorithm)", limit.verify)]
@@ -88,7 +88,7 @@ struct TokenBench: AsyncParsableCommand {
             candidates.append(("tokenkit.native.\(algorithm).cache-hit", { i in (try? cached.verify(cachedTokens[i])) != nil }))
             let limitBody = candidates[0].1
             for (name, body) in candidates {
-                if let filter, !name.contains(filter) { continue }
+                if !selected(name) { continue }
                 try workload.check(name: name, body)
                 let m = measure(count: workload.tokens.count, seconds: seconds, reps: reps, body)
                 let isLimit = name.hasPrefix("openssl-raw")
@@ -117,6 +117,13 @@ struct TokenBench: AsyncParsableCommand {
             }
         }
         if let json { try Report.write(rows: rows, scaling: scaling, seconds: seconds, reps: reps, to: json) }
+    }
+
+    /// Whether `--filter` selects the row `name`.
+    func selected(_ name: String) -> Bool {
+        guard let filter else { return true }
+        if filter.hasSuffix("$") { return name == filter.dropLast() }
+        return name.contains(filter)
     }
 
     /// Throughput ratio candidate/limit from 20 alternating slices totalling `seconds`.

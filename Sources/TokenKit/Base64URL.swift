@@ -11,6 +11,21 @@ public enum Base64URL {
         return table
     }()
 
+    /// The decode table pre-shifted for each of a quantum's four positions (256 entries each):
+    /// OR-ing four lookups gives the quantum's 24 bits; a character outside the alphabet sets
+    /// bit 31 in any position.
+    private static let shiftedTables: [UInt32] = {
+        var tables = [UInt32](repeating: 0x8000_0000, count: 1024)
+        for (i, c) in alphabet.enumerated() {
+            let value = UInt32(i)
+            tables[Int(c)] = value << 18
+            tables[256 + Int(c)] = value << 12
+            tables[512 + Int(c)] = value << 6
+            tables[768 + Int(c)] = value
+        }
+        return tables
+    }()
+
     /// Encodes bytes without padding.
     public static func encode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         let input = Array(bytes)
@@ -68,24 +83,27 @@ public enum Base64URL {
     static func decode(_ input: UnsafeRawBufferPointer, into out: UnsafeMutableBufferPointer<UInt8>) -> Bool {
         let n = input.count
         guard let expected = decodedCount(n), expected == out.count else { return false }
-        return decodeTable.withUnsafeBufferPointer { table -> Bool in
-            var i = 0
-            var o = 0
-            // Invalid characters map to 0xFF; their high bits are collected in `bad` and checked
-            // once after the loop (the output is discarded when the input is invalid).
-            var bad: UInt8 = 0
-            while i + 4 <= n {
-                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
-                bad |= a | b | c | d
-                let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+        let fullQuanta = n / 4
+        var i = 0
+        var o = 0
+        // Invalid characters set bit 31; collected in `bad` and checked once after the loop
+        // (the output is discarded when the input is invalid).
+        var bad: UInt32 = 0
+        shiftedTables.withUnsafeBufferPointer { tables in
+            guard let input = input.baseAddress, let out = out.baseAddress, let t = tables.baseAddress else { return }
+            for _ in 0..<fullQuanta {
+                let v = t[Int(input.load(fromByteOffset: i, as: UInt8.self))] | t[256 + Int(input.load(fromByteOffset: i + 1, as: UInt8.self))]
+                    | t[512 + Int(input.load(fromByteOffset: i + 2, as: UInt8.self))] | t[768 + Int(input.load(fromByteOffset: i + 3, as: UInt8.self))]
+                bad |= v
                 out[o] = UInt8(truncatingIfNeeded: v >> 16)
                 out[o + 1] = UInt8(truncatingIfNeeded: v >> 8)
                 out[o + 2] = UInt8(truncatingIfNeeded: v)
                 i += 4
                 o += 3
             }
-            if bad & 0xC0 != 0 { return false }
+        }
+        if bad & 0x8000_0000 != 0 { return false }
+        return decodeTable.withUnsafeBufferPointer { table -> Bool in
             switch n - i {
             case 0:
                 return true

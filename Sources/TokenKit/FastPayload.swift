@@ -20,11 +20,37 @@ enum FastPayload {
         let hasRequired: Bool
     }
 
-    static func scan(_ source: [UInt8], required: Set<String>) -> Result? {
+    /// A policy's required claim names, prepared once per verifier: the registered ones as bits,
+    /// any others as bytes.
+    struct Required: Sendable {
+        static let iss: UInt8 = 1, sub: UInt8 = 2, jti: UInt8 = 4, exp: UInt8 = 8, iat: UInt8 = 16, nbf: UInt8 = 32
+        let mask: UInt8
+        let others: [[UInt8]]
+
+        init(_ names: Set<String>) {
+            var mask: UInt8 = 0
+            var others: [[UInt8]] = []
+            for name in names.sorted() {
+                switch name {
+                case "iss": mask |= Required.iss
+                case "sub": mask |= Required.sub
+                case "jti": mask |= Required.jti
+                case "exp": mask |= Required.exp
+                case "iat": mask |= Required.iat
+                case "nbf": mask |= Required.nbf
+                default: others.append(Array(name.utf8))
+                }
+            }
+            self.mask = mask
+            self.others = others
+        }
+    }
+
+    static func scan(_ source: [UInt8], required: Required) -> Result? {
         source.withUnsafeBytes { scan($0, source: source, required: required) }
     }
 
-    private static func scan(_ input: UnsafeRawBufferPointer, source: [UInt8], required: Set<String>) -> Result? {
+    private static func scan(_ input: UnsafeRawBufferPointer, source: [UInt8], required: Required) -> Result? {
         withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: maxMembers) { names -> Result? in
             var scanner = Scanner(input: input)
             var count = 0
@@ -85,23 +111,16 @@ enum FastPayload {
             }
             scanner.skipWhitespace()
             guard scanner.atEnd else { return nil }
-            var hasRequired = true
-            for name in required {
-                var found = false
-                switch name {
-                case "iss": found = iss != nil
-                case "sub": found = sub != nil
-                case "jti": found = jti != nil
-                case "exp": found = exp != nil
-                case "iat": found = iat != nil
-                case "nbf": found = nbf != nil
-                default:
-                    for i in 0..<count where scanner.equal(names[i], name) {
-                        found = true
-                        break
-                    }
-                }
-                if !found {
+            var present: UInt8 = 0
+            if iss != nil { present |= Required.iss }
+            if sub != nil { present |= Required.sub }
+            if jti != nil { present |= Required.jti }
+            if exp != nil { present |= Required.exp }
+            if iat != nil { present |= Required.iat }
+            if nbf != nil { present |= Required.nbf }
+            var hasRequired = present & required.mask == required.mask
+            if hasRequired {
+                for name in required.others where !(0..<count).contains(where: { scanner.equal(names[$0], name) }) {
                     hasRequired = false
                     break
                 }
@@ -149,8 +168,15 @@ enum FastPayload {
             while i + 8 <= n {
                 let w = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                 let quote = w ^ 0x2222_2222_2222_2222, backslash = w ^ 0x5C5C_5C5C_5C5C_5C5C
-                let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((w &- 0x2020_2020_2020_2020) & ~w) | w
-                if special & highs != 0 { break }
+                let special = (((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((w &- 0x2020_2020_2020_2020) & ~w) | w) & highs
+                if special != 0 {
+                    // The lowest flagged byte is the first special one (borrows only flag bytes
+                    // above a true hit): a quote ends the string, anything else is refused.
+                    let at = i + special.trailingZeroBitCount / 8
+                    guard base.load(fromByteOffset: at, as: UInt8.self) == UInt8(ascii: "\"") else { return nil }
+                    position = at + 1
+                    return start..<at
+                }
                 i += 8
             }
             while i < n {
@@ -225,17 +251,22 @@ enum FastPayload {
 
         /// A NumericDate in range; nil for anything the full parser must judge.
         func numericDate(_ range: Range<Int>) -> Double? {
-            var value: Double = 0
-            var integral = true
-            for i in range {
-                let c = input[i]
-                guard c >= 0x30, c <= 0x39 else {
-                    integral = false
-                    break
+            var value: Double
+            var integer: UInt64 = 0
+            var integral = range.count <= 15
+            if integral {
+                for i in range {
+                    let digit = input[i] &- 0x30
+                    guard digit <= 9 else {
+                        integral = false
+                        break
+                    }
+                    integer = integer &* 10 &+ UInt64(digit)
                 }
-                value = value * 10 + Double(c - 0x30)
             }
-            if !integral || range.count > 15 {
+            if integral {
+                value = Double(integer)  // exact: at most 15 digits
+            } else {
                 guard let parsed = Double(text(range)) else { return nil }
                 value = parsed
             }
@@ -253,13 +284,9 @@ enum FastPayload {
             return true
         }
 
-        func equal(_ a: Range<Int>, _ name: String) -> Bool {
-            guard a.count == name.utf8.count else { return false }
-            var i = a.lowerBound
-            for byte in name.utf8 {
-                if input[i] != byte { return false }
-                i += 1
-            }
+        func equal(_ a: Range<Int>, _ name: [UInt8]) -> Bool {
+            guard a.count == name.count else { return false }
+            for i in 0..<name.count where input[a.lowerBound + i] != name[i] { return false }
             return true
         }
     }

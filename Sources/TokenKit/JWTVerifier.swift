@@ -69,11 +69,18 @@ public struct JWTVerifier: Sendable {
         case libjwt
     }
 
-    struct Entry: Sendable {
+    /// A class, so that selecting a key per token retains one object, not three.
+    final class Entry: Sendable {
         let key: JWTKey
         let libjwt: [JWTAlgorithm: LibJWTHandle]
         /// Pre-initialised OpenSSL contexts, one pool per algorithm the key accepts.
         let pools: [ContextPool]
+
+        init(key: JWTKey, libjwt: [JWTAlgorithm: LibJWTHandle], pools: [ContextPool]) {
+            self.key = key
+            self.libjwt = libjwt
+            self.pools = pools
+        }
 
         func pool(_ algorithm: JWTAlgorithm) -> ContextPool? {
             for pool in pools where pool.algorithm == algorithm { return pool }
@@ -92,6 +99,8 @@ public struct JWTVerifier: Sendable {
     private let entries: [Entry]
     private let byKid: [String: Int]
     private let headerCache = HeaderCache()
+    /// `policy.requiredClaims` prepared for the hot path's payload reader.
+    private let required: FastPayload.Required
     private let tokenCache: TokenCache?
 
     /// Number of tokens in the verified-token cache (0 without one).
@@ -123,6 +132,7 @@ public struct JWTVerifier: Sendable {
         self.entries = entries
         self.byKid = byKid
         self.policy = policy
+        self.required = FastPayload.Required(policy.requiredClaims)
         self.engine = engine
         self.clock = clock
         self.maxTokenBytes = maxTokenBytes
@@ -170,7 +180,6 @@ public struct JWTVerifier: Sendable {
 
     /// The payload and the claims policy, after the signature verified.
     private func checkClaims(_ jws: VerifiedJWS) throws(TokenError) -> VerifiedToken {
-        let required = policy.requiredClaims
         let fast = FastPayload.scan(jws.payload, required: required)
         let claims: RegisteredClaims
         if let fast, fast.hasRequired {
@@ -182,7 +191,7 @@ public struct JWTVerifier: Sendable {
                 try JSONParser.parseObject(buffer, what: "the payload")
             }
             claims = try RegisteredClaims(payload: payload)
-            try policy.check(claims, missingRequired: { required.sorted().first { payload[$0] == nil } }, header: jws.header, now: clock.now)
+            try policy.check(claims, missingRequired: { policy.requiredClaims.sorted().first { payload[$0] == nil } }, header: jws.header, now: clock.now)
         }
         return VerifiedToken(header: jws.header, claims: claims, payloadBytes: jws.payload, key: jws.key)
     }

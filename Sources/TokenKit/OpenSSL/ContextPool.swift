@@ -19,15 +19,14 @@ final class ContextPool: Sendable {
 
     /// Verifies `signature` over `message` (signature length already checked by the caller).
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
-        let material = key.material
         let result = stripes.forCurrentThread.lock.withLockIfAvailable { slot -> Bool? in
-            if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: material) }
+            if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: key.material) }
             guard let context = slot.context else { return nil }
             return context.verify(message: message, signature: signature)
         }
         if let result, let result { return result }
         // Busy stripe (or context creation failed there): a one-off context.
-        guard let context = VerifyContext(algorithm: algorithm, material: material) else { return false }
+        guard let context = VerifyContext(algorithm: algorithm, material: key.material) else { return false }
         return context.verify(message: message, signature: signature)
     }
 
