@@ -9,7 +9,8 @@ after a random 1-3 s the server gets SIGKILL. It is started again on the same st
   - the ones whose revocation the CLI confirmed are revoked there, all others are not;
   - the server's CRL (GET /v1/crl, read by `openssl crl`) lists exactly the revoked serials;
   - the server's OCSP answer (`openssl ocsp`) for a received certificate matches its status.
-Exit status 0 when every round passes. Usage: crash_safety.py --tokentool PATH [--rounds N]
+A last round ends with SIGTERM instead, under the same load: the server must exit 0, and the same
+checks follow. Exit status 0 when every round passes. Usage: crash_safety.py --tokentool PATH [--rounds N]
 """
 import argparse, base64, hashlib, hmac, http.client, json, os, random, re, signal, socket, sqlite3
 import subprocess, sys, tempfile, threading, time
@@ -178,7 +179,10 @@ def main():
     revoked = set()
     ok = True
     started = time.time()
-    for round_number in range(1, args.rounds + 1):
+    # Rounds 1..N end with SIGKILL; one more ends with SIGTERM under the same load, where the
+    # server must finish what is in flight and exit 0.
+    for round_number in range(1, args.rounds + 2):
+        graceful = round_number == args.rounds + 1
         stop_clients.clear()
         threads = [threading.Thread(target=client, args=(token, csrs), daemon=True) for _ in range(args.clients)]
         for t in threads:
@@ -196,16 +200,26 @@ def main():
                 else:
                     print(f"  revoke {serial} failed while serving: {output.strip()}", flush=True)
                     ok = False
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        if graceful:
+            server.send_signal(signal.SIGTERM)
+            try:
+                status = server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                status = "no exit within 30 s"
+            if status != 0:
+                print(f"  SIGTERM under load: the server ended with {status}", flush=True)
+                ok = False
+        else:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
         stop_clients.set()
         for t in threads:
             t.join()
         server = start_server()
-        ok = check(round_number, revoked) and ok
+        ok = check("SIGTERM" if graceful else round_number, revoked) and ok
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
-    print(f"{args.rounds} kill -9 rounds in {time.time() - started:.0f} s: {stats['ok']} certificates received, "
+    print(f"{args.rounds} kill -9 rounds and one SIGTERM round in {time.time() - started:.0f} s: {stats['ok']} certificates received, "
           f"{len(revoked)} revoked, {stats['failed']} unexpected answers; " + ("all checks passed" if ok else "FAILED"))
     if ok:
         subprocess.run(["rm", "-rf", work])

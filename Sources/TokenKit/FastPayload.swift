@@ -143,6 +143,7 @@ enum FastPayload {
 
         var atEnd: Bool { position == input.count }
 
+        @inline(__always)
         mutating func skipWhitespace() {
             while position < input.count {
                 let c = input[position]
@@ -151,6 +152,7 @@ enum FastPayload {
             }
         }
 
+        @inline(__always)
         mutating func take(_ c: UInt8) -> Bool {
             guard position < input.count, input[position] == c else { return false }
             position += 1
@@ -159,6 +161,7 @@ enum FastPayload {
 
         /// A string of ASCII without escapes or control characters; returns the range inside the
         /// quotes. Eight bytes at a time while no quote, backslash, control or non-ASCII byte shows.
+        @inline(__always)
         mutating func string() -> Range<Int>? {
             guard take(UInt8(ascii: "\"")), let base = input.baseAddress else { return nil }
             let start = position
