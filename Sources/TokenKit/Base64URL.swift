@@ -4,16 +4,9 @@
 public enum Base64URL {
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
-    /// 0xFF marks a byte outside the alphabet.
-    private static let decodeTable: [UInt8] = {
-        var table = [UInt8](repeating: 0xFF, count: 256)
-        for (i, c) in alphabet.enumerated() { table[Int(c)] = UInt8(i) }
-        return table
-    }()
-
     /// The decode table pre-shifted for each of a quantum's four positions (256 entries each):
     /// OR-ing four lookups gives the quantum's 24 bits; a character outside the alphabet sets
-    /// bit 31 in any position.
+    /// bit 31 in any position. The last 256 entries are the plain 6-bit values.
     private static let shiftedTables: [UInt32] = {
         var tables = [UInt32](repeating: 0x8000_0000, count: 1024)
         for (i, c) in alphabet.enumerated() {
@@ -62,9 +55,7 @@ public enum Base64URL {
 
     /// Decodes a strict base64url byte range; `nil` when it is not canonical base64url.
     static func decode(_ input: UnsafeRawBufferPointer) -> [UInt8]? {
-        let n = input.count
-        if n % 4 == 1 { return nil }
-        let outCount = n / 4 * 3 + (n % 4 == 0 ? 0 : n % 4 - 1)
+        guard let outCount = decodedCount(input.count) else { return nil }
         var ok = true
         let result = [UInt8](unsafeUninitializedCapacity: outCount) { out, initialized in
             ok = decode(input, into: out)
@@ -83,17 +74,17 @@ public enum Base64URL {
     static func decode(_ input: UnsafeRawBufferPointer, into out: UnsafeMutableBufferPointer<UInt8>) -> Bool {
         let n = input.count
         guard let expected = decodedCount(n), expected == out.count else { return false }
-        let fullQuanta = n / 4
-        var i = 0
-        var o = 0
-        // Invalid characters set bit 31; collected in `bad` and checked once after the loop
-        // (the output is discarded when the input is invalid).
-        var bad: UInt32 = 0
-        shiftedTables.withUnsafeBufferPointer { tables in
-            guard let input = input.baseAddress, let out = out.baseAddress, let t = tables.baseAddress else { return }
-            for _ in 0..<fullQuanta {
-                let v = t[Int(input.load(fromByteOffset: i, as: UInt8.self))] | t[256 + Int(input.load(fromByteOffset: i + 1, as: UInt8.self))]
-                    | t[512 + Int(input.load(fromByteOffset: i + 2, as: UInt8.self))] | t[768 + Int(input.load(fromByteOffset: i + 3, as: UInt8.self))]
+        guard let input = input.baseAddress, let out = out.baseAddress else { return true }  // empty
+        return shiftedTables.withUnsafeBufferPointer { tables -> Bool in
+            guard let t = tables.baseAddress else { return false }
+            func byte(_ i: Int) -> Int { Int(input.load(fromByteOffset: i, as: UInt8.self)) }
+            var i = 0
+            var o = 0
+            // Invalid characters set bit 31; collected in `bad` and checked once at the end (the
+            // output is discarded when the input is invalid).
+            var bad: UInt32 = 0
+            for _ in 0..<(n / 4) {
+                let v = t[byte(i)] | t[256 + byte(i + 1)] | t[512 + byte(i + 2)] | t[768 + byte(i + 3)]
                 bad |= v
                 out[o] = UInt8(truncatingIfNeeded: v >> 16)
                 out[o + 1] = UInt8(truncatingIfNeeded: v >> 8)
@@ -101,26 +92,21 @@ public enum Base64URL {
                 i += 4
                 o += 3
             }
-        }
-        if bad & 0x8000_0000 != 0 { return false }
-        return decodeTable.withUnsafeBufferPointer { table -> Bool in
+            // A tail of 2 or 3 characters; its unused low bits must be zero.
             switch n - i {
-            case 0:
-                return true
             case 2:
-                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
-                if (a | b) & 0xC0 != 0 || b & 0x0F != 0 { return false }
-                out[o] = a << 2 | b >> 4
-                return true
+                let v = t[byte(i)] | t[256 + byte(i + 1)]
+                bad |= v | (v & 0xFFFF == 0 ? 0 : 0x8000_0000)
+                out[o] = UInt8(truncatingIfNeeded: v >> 16)
             case 3:
-                let a = table[Int(input[i])], b = table[Int(input[i + 1])], c = table[Int(input[i + 2])]
-                if (a | b | c) & 0xC0 != 0 || c & 0x03 != 0 { return false }
-                out[o] = a << 2 | b >> 4
-                out[o + 1] = (b & 0x0F) << 4 | c >> 2
-                return true
+                let v = t[byte(i)] | t[256 + byte(i + 1)] | t[512 + byte(i + 2)]
+                bad |= v | (v & 0xFF == 0 ? 0 : 0x8000_0000)
+                out[o] = UInt8(truncatingIfNeeded: v >> 16)
+                out[o + 1] = UInt8(truncatingIfNeeded: v >> 8)
             default:
-                return false
+                break  // 0 (1 is refused by decodedCount)
             }
+            return bad & 0x8000_0000 == 0
         }
     }
 }

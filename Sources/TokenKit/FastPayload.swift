@@ -30,7 +30,7 @@ enum FastPayload {
         init(_ names: Set<String>) {
             var mask: UInt8 = 0
             var others: [[UInt8]] = []
-            for name in names.sorted() {
+            for name in names {
                 switch name {
                 case "iss": mask |= Required.iss
                 case "sub": mask |= Required.sub
