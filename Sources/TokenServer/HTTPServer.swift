@@ -7,7 +7,6 @@ public import Logging
 import Metrics
 import NIOCore
 import NIOSSL
-import PeerCA
 import Prometheus
 import ServiceLifecycle
 import TokenKit
@@ -93,9 +92,7 @@ public enum TokenHTTPServer {
         let server: HTTPServerBuilder
         let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: .seconds(Int64(max(configuration.requestTimeout, 5)))))
         if let tls = configuration.tls {
-            do throws(PeerCAError) { try SecureFile.checkPrivate(tls.key) } catch {
-                throw ConfigurationError(key: "tls.key", error.message)
-            }
+            try ConfigurationError.checkPrivate(tls.key, key: "tls.key")
             do {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate)
                 let key = try NIOSSLPrivateKey(file: tls.key, format: .pem)

@@ -82,9 +82,7 @@ struct ProviderSet: Sendable {
                     kind = .remote(RemoteJWTVerifier(source: .oidc(issuer: provider.issuer ?? ""), store: try store(caFile: provider.caFile), policy: policy))
                 case "hs256":
                     let path = provider.secretFile ?? ""
-                    do throws(PeerCAError) { try SecureFile.checkPrivate(path) } catch {
-                        throw ConfigurationError(key: "\(key).secretFile", error.message)
-                    }
+                    try ConfigurationError.checkPrivate(path, key: "\(key).secretFile")
                     guard let secret = FileManager.default.contents(atPath: path) else {
                         throw ConfigurationError(key: "\(key).secretFile", "cannot read \(path)")
                     }

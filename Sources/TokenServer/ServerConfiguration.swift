@@ -229,6 +229,13 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
     public var description: String { key.isEmpty ? "configuration: \(message)" : "configuration: \(key) \(message)" }
+
+    /// ``SecureFile/checkPrivate(_:)`` for the secret or key file that configuration `key` names.
+    static func checkPrivate(_ path: String, key: String) throws(ConfigurationError) {
+        do throws(PeerCAError) { try SecureFile.checkPrivate(path) } catch {
+            throw ConfigurationError(key: key, error.message)
+        }
+    }
 }
 
 extension ServerConfiguration {

@@ -32,8 +32,8 @@ enum CAStore {
 ///
 /// ```swift
 /// let store = try await LedgerStore.open("sqlite:tokentool-state/ledger.sqlite", logger: logger)
-/// defer { Task { await store.close() } }
 /// let recent = try await store.ledger.recent(limit: 10)
+/// await store.close()
 /// ```
 public struct LedgerStore: Sendable {
     /// The open ledger.
@@ -51,7 +51,13 @@ public struct LedgerStore: Sendable {
             }
             return LedgerStore(ledger: ledger, running: running)
         }
-        return LedgerStore(ledger: try LedgerStores.openSQLite(url), running: nil)
+        guard url.hasPrefix("sqlite:") else { throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://…") }
+        let path = String(url.dropFirst("sqlite:".count))
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        return LedgerStore(ledger: try SQLiteLedger(path: path), running: nil)
     }
 
     /// Closes the connections (PostgreSQL); an SQLite ledger closes when released.
@@ -59,19 +65,5 @@ public struct LedgerStore: Sendable {
         guard let running else { return }
         running.cancel()
         await running.value
-    }
-}
-
-enum LedgerStores {
-    static func openSQLite(_ url: String) throws -> any CertificateLedger {
-        if url.hasPrefix("sqlite:") {
-            let path = String(url.dropFirst("sqlite:".count))
-            let directory = (path as NSString).deletingLastPathComponent
-            if !directory.isEmpty {
-                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            }
-            return try SQLiteLedger(path: path)
-        }
-        throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://…")
     }
 }

@@ -36,11 +36,10 @@ public final class TokenService: Sendable {
         try configuration.validate()
         let authority = try CAStore.loadOrCreate(configuration, logger: logger)
         let store = try await LedgerStore.open(configuration.storeURL, logger: logger)
-        let ledger = store.ledger
         var policy = try IssuancePolicy(appID: configuration.ca?.appID ?? "dev", provider: "webhook")
         policy.maximumValidity = Double(configuration.maxExpirationSeconds)
         policy.defaultTokenReuse = configuration.ca?.tokenReuse == "once" ? .oncePerTokenID : .unlimited
-        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: ledger)
+        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: store.ledger)
         let providers: ProviderSet
         do { providers = try ProviderSet.build(configuration, logger: logger) } catch {
             await store.close()

@@ -23,56 +23,49 @@ struct CADirectory {
         var tokenReuse: String
     }
 
-    func load(passphrase: PassphraseOptions, allowInsecure: Bool = false) throws -> (PeerCertificateAuthority, Settings) {
-        guard let settings = try readSettings() else {
+    /// Runs `body` with the CA and its ledger, then closes the ledger. The ledger is `store` when
+    /// given (a `tokentool serve` deployment's store), else ledger.sqlite here. A CA directory made
+    /// by `tokentool serve` has no ca.json: only the commands that do not issue (revoke, list, crl:
+    /// `issuing: false`) work on it, with a placeholder policy they never consult.
+    func withCA<T>(
+        passphrase: PassphraseOptions, store: String? = nil, allowInsecure: Bool = false, issuing: Bool,
+        _ body: (PeerCertificateAuthority) async throws -> T
+    ) async throws -> T {
+        let settings = try readSettings()
+        if settings == nil, issuing {
             throw CLIExit.usage("cannot read \(self.settings) (run tokentool ca init --dir \(path) first?)")
         }
-        let authority = try files.load(passphrase: try passphrase.value(), allowInsecureKeyFile: allowInsecure)
-        var policy = try IssuancePolicy(appID: settings.appID, trustDomainSuffix: settings.trustDomainSuffix, provider: settings.provider)
-        policy.maximumValidity = settings.maximumValidity
-        policy.defaultTokenReuse = IssuancePolicy.TokenReuse(rawValue: settings.tokenReuse) ?? .unlimited
-        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger))
-        return (ca, settings)
-    }
-
-    func readSettings() throws -> Settings? {
-        guard let data = FileManager.default.contents(atPath: settings) else { return nil }
-        do { return try JSONDecoder().decode(Settings.self, from: data) } catch {
-            throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)")
-        }
-    }
-
-    /// The CA and a ledger for the commands that do not issue (revoke, list, crl): the ledger is
-    /// `store` when given (a `tokentool serve` deployment's store), else ledger.sqlite here; a CA
-    /// directory made by `tokentool serve` has no ca.json, which these commands do not need.
-    func loadForLedger(passphrase: PassphraseOptions, store: StoreOption) async throws -> (PeerCertificateAuthority, LedgerStore?) {
-        let settings = try readSettings()
         guard settings != nil || files.exists else {
             throw CLIExit.usage("\(path) holds no CA (run tokentool ca init --dir \(path) first?)")
         }
-        let authority = try files.load(passphrase: try passphrase.value())
-        // Not used to issue: revocation, listing and CRLs do not consult the issuance policy.
-        let policy = try IssuancePolicy(appID: settings?.appID ?? "tokentool", provider: settings?.provider ?? "tokentool")
-        guard let url = store.store else {
-            return (PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger)), nil)
+        let authority = try files.load(passphrase: try passphrase.value(), allowInsecureKeyFile: allowInsecure)
+        var policy = try IssuancePolicy(
+            appID: settings?.appID ?? "tokentool", trustDomainSuffix: settings?.trustDomainSuffix, provider: settings?.provider ?? "tokentool")
+        if let settings {
+            policy.maximumValidity = settings.maximumValidity
+            policy.defaultTokenReuse = IssuancePolicy.TokenReuse(rawValue: settings.tokenReuse) ?? .unlimited
+        }
+        guard let store else {
+            return try await body(PeerCertificateAuthority(authority: authority, policy: policy, ledger: try SQLiteLedger(path: ledger)))
         }
         let opened: LedgerStore
-        do { opened = try await LedgerStore.open(url, logger: Logger(label: "tokentool")) } catch let error as ConfigurationError {
+        do { opened = try await LedgerStore.open(store, logger: Logger(label: "tokentool")) } catch let error as ConfigurationError {
             throw CLIExit.usage("--store \(error.message)")
         }
-        return (PeerCertificateAuthority(authority: authority, policy: policy, ledger: opened.ledger), opened)
-    }
-
-    /// Runs `body` with ``loadForLedger(passphrase:store:)``'s CA, closing the store after.
-    func withLedgerCA<T>(passphrase: PassphraseOptions, store: StoreOption, _ body: (PeerCertificateAuthority) async throws -> T) async throws -> T {
-        let (ca, opened) = try await loadForLedger(passphrase: passphrase, store: store)
         do {
-            let result = try await body(ca)
-            await opened?.close()
+            let result = try await body(PeerCertificateAuthority(authority: authority, policy: policy, ledger: opened.ledger))
+            await opened.close()
             return result
         } catch {
-            await opened?.close()
+            await opened.close()
             throw error
+        }
+    }
+
+    private func readSettings() throws -> Settings? {
+        guard let data = FileManager.default.contents(atPath: settings) else { return nil }
+        do { return try JSONDecoder().decode(Settings.self, from: data) } catch {
+            throw CLIExit.usage("\(self.settings) is not valid CA settings: \(error)")
         }
     }
 }
@@ -246,7 +239,12 @@ struct CAIssue: AsyncParsableCommand {
 
     func run() async throws {
         let text = try Input.token(token)
-        let (ca, _) = try CADirectory(path: dir).load(passphrase: passphrase, allowInsecure: options.allowInsecureKeyFile)
+        try await CADirectory(path: dir).withCA(passphrase: passphrase, allowInsecure: options.allowInsecureKeyFile, issuing: true) { ca in
+            try await issue(text, with: ca)
+        }
+    }
+
+    func issue(_ text: String, with ca: PeerCertificateAuthority) async throws {
         let request = try Input.read(csr)
         let (outcome, _) = try await options.verify(text)
         let verified: VerifiedToken
@@ -306,7 +304,7 @@ struct CARevoke: AsyncParsableCommand {
     @OptionGroup(title: "Ledger") var store: StoreOption
 
     func run() async throws {
-        let entry = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+        let entry = try await CADirectory(path: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             try await ca.revoke(serial: serial, reason: reason ?? .unspecified)
         }
         if case .revoked(let at, let reason) = entry.status {
@@ -344,7 +342,7 @@ struct CAList: AsyncParsableCommand {
     @OptionGroup(title: "Ledger") var store: StoreOption
 
     func run() async throws {
-        let entries = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+        let entries = try await CADirectory(path: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
         }
         let formatter = ISO8601DateFormatter()
@@ -403,7 +401,7 @@ struct CACRL: AsyncParsableCommand {
     @OptionGroup(title: "Ledger") var store: StoreOption
 
     func run() async throws {
-        let crl = try await CADirectory(path: dir).withLedgerCA(passphrase: passphrase, store: store) { ca in
+        let crl = try await CADirectory(path: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             try await ca.crl(validity: validity)
         }
         if der {
