@@ -35,6 +35,14 @@ def free_port():
 port = free_port()
 
 
+def get(path, timeout=10):
+    """GET a path of the server; (status, body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("GET", path)
+    response = c.getresponse()
+    return response.status, response.read()
+
+
 def start_server():
     log = open(os.path.join(work, "serve.log"), "ab")
     process = subprocess.Popen([tokentool, "serve", "--state", state, "--port", str(port)], stdout=log, stderr=log,
@@ -44,9 +52,7 @@ def start_server():
         if process.poll() is not None:
             sys.exit(f"FAIL: the server exited with {process.returncode} on start; see {work}/serve.log")
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
+            if get("/healthz", timeout=2)[0] == 200:
                 return process
         except OSError:
             time.sleep(0.05)
@@ -97,7 +103,8 @@ def client(token, csrs):
             data = response.read()
             if response.status != 200:
                 sys.stderr.write(f"unexpected {response.status}: {data[:200]!r}\n")
-                stats["failed"] += 1
+                with received_lock:
+                    stats["failed"] += 1
                 continue
             answer = json.loads(data)
             with received_lock:
@@ -137,9 +144,7 @@ def check(round_number, revoked):
     if wrong_status:
         failures.append(f"{len(wrong_status)} certificates have the wrong status, e.g. {wrong_status[:3]}")
     # The CRL the restarted server publishes.
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", "/v1/crl")
-    crl = c.getresponse().read()
+    crl = get("/v1/crl")[1]
     crl_path = os.path.join(work, "crl.der")
     with open(crl_path, "wb") as f:
         f.write(crl)
@@ -154,9 +159,7 @@ def check(round_number, revoked):
         with open(leaf, "wb") as f:
             f.write(snapshot[serial])
         subprocess.run(["openssl", "x509", "-inform", "DER", "-in", leaf, "-out", leaf + ".pem"], check=True)
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", "/v1/ca")
-        roots = c.getresponse().read()
+        roots = get("/v1/ca")[1]
         issuer = os.path.join(state, "ca", "issuer.pem")
         with open(issuer, "rb") as f, open(os.path.join(work, "ca.pem"), "wb") as out:
             out.write(roots + f.read())

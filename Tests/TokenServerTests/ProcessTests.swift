@@ -57,63 +57,27 @@ struct ServeProcessTests {
     }
 
     @Test func sigtermShutsDownGracefully() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            DispatchQueue.global().async { continuation.resume(with: Result { try sigterm() }) }
+        try await offThePool {
+            let serve = try ServeProcess.start(until: "listening on")
+            #expect(serve.output.contains("listening on"))
+            serve.process.terminate()  // SIGTERM
+            serve.process.waitUntilExit()
+            #expect(serve.process.terminationReason == .exit, "\(serve.output)")
+            #expect(serve.process.terminationStatus == 0)
         }
-    }
-
-    func sigterm() throws {
-        let dir = try temporaryDirectory()
-        let process = Process()
-        process.executableURL = tokentoolExecutable
-        process.arguments = ["serve", "--port", "0"]
-        process.currentDirectoryURL = dir
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = Pipe()
-        try process.run()
-        // Wait for "listening on".
-        var text = ""
-        let deadline = Date().addingTimeInterval(30)
-        while !text.contains("listening on"), Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
-        #expect(text.contains("listening on"))
-        process.terminate()  // SIGTERM
-        process.waitUntilExit()
-        #expect(process.terminationReason == .exit, "\(text)")
-        #expect(process.terminationStatus == 0)
     }
 
     /// A certificate request whose body is still arriving when SIGTERM comes: the server stops
     /// accepting connections at once, finishes that request (the certificate is answered and in the
     /// ledger), then exits 0.
     @Test func sigtermLetsAnInFlightRequestFinish() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            DispatchQueue.global().async { continuation.resume(with: Result { try inFlight() }) }
-        }
+        try await offThePool { try inFlight() }
     }
 
     func inFlight() throws {
-        let dir = try temporaryDirectory()
-        let process = Process()
-        process.executableURL = tokentoolExecutable
-        process.arguments = ["serve", "--port", "0"]
-        process.currentDirectoryURL = dir
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = Pipe()
-        try process.run()
+        let serve = try ServeProcess.start(until: "curl -s")
+        let (process, dir, text) = (serve.process, serve.directory, serve.output)
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        var text = ""
-        let deadline = Date().addingTimeInterval(30)
-        while !text.contains("curl -s"), Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
         guard let port = text.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap({ UInt16($0.1) }),
             let token = text.firstMatch(of: /"token":"([A-Za-z0-9_.-]+)"/)?.1
         else {
@@ -160,6 +124,41 @@ struct ServeProcessTests {
         }
         done.wait()
         return try result.get()
+    }
+}
+
+/// Runs blocking process work on a Dispatch thread, not on the cooperative pool.
+func offThePool(_ body: @escaping @Sendable () throws -> Void) async throws {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+/// `tokentool serve --port 0` on the embedded defaults in a new temporary directory, its standard
+/// output read until it contains `marker` (30 s at most).
+struct ServeProcess {
+    let process: Process
+    let directory: URL
+    let output: String
+
+    static func start(until marker: String) throws -> ServeProcess {
+        let dir = try temporaryDirectory()
+        let process = Process()
+        process.executableURL = tokentoolExecutable
+        process.arguments = ["serve", "--port", "0"]
+        process.currentDirectoryURL = dir
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = Pipe()
+        try process.run()
+        var text = ""
+        let deadline = Date().addingTimeInterval(30)
+        while !text.contains(marker), Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        return ServeProcess(process: process, directory: dir, output: text)
     }
 }
 
