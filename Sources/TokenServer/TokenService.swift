@@ -115,19 +115,20 @@ public final class TokenService: Sendable {
         var userInfo = outcome.userInfo
         userInfo["provider"] = .string(request.providerName)
         if let issuer = outcome.token.claims.issuer { userInfo["issuer"] = .string(issuer) }
-        if let name = outcome.token.payload["name"]?.stringValue { userInfo["name"] = .string(name) }
+        let claims = outcome.token.payload  // parsed once, for the name and the permissions claim
+        if let name = claims["name"]?.stringValue { userInfo["name"] = .string(name) }
         let response: JSONValue = .object([
             "authenticate": .bool(true), "authenticated": .bool(true), "expirationSeconds": .integer(seconds),
             "userID": .string(outcome.token.claims.subject ?? ""),
-            "permissions": permissions(request.provider, outcome.token),
+            "permissions": permissions(request.provider, claims),
             "userInfo": .object(userInfo),
         ])
         Counter(label: "tokenserver_auth_decisions_total", dimensions: [("provider", request.providerName), ("result", "accepted")]).increment()
         return count("auth", .json(200, response))
     }
 
-    func permissions(_ provider: ProviderVerifier, _ token: VerifiedToken) -> JSONValue {
-        if let claim = provider.permissionsClaim, case .object(let value)? = token.payload[claim],
+    func permissions(_ provider: ProviderVerifier, _ claims: [String: JSONValue]) -> JSONValue {
+        if let claim = provider.permissionsClaim, case .object(let value)? = claims[claim],
             case .object(let read)? = value["read"], case .object(let write)? = value["write"]
         {
             return .object(["read": .object(read), "write": .object(write)])
