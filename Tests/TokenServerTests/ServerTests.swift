@@ -116,6 +116,27 @@ struct ServerTests {
         }
     }
 
+    /// Permissions per provider, or from a claim when the provider names one (and the token has it).
+    @Test func webhookPermissionsFromProviderOrClaim() async throws {
+        try await LiveServer.with(configure: {
+            $0.providers["dev"]?.permissions = .init(
+                read: .init(everything: true), write: .init(everything: false, queriesByCollection: ["cars": "true"]))
+            $0.providers["dev"]?.permissionsClaim = "ditto"
+        }) { server in
+            let fromClaim: JSONValue = .object([
+                "read": .object(["everything": .bool(false), "queriesByCollection": .object(["notes": .string("owner == 'u'")])]),
+                "write": .object(["everything": .bool(false), "queriesByCollection": .object([:])]),
+            ])
+            let withClaim = try await server.json("/v1/auth", ["appID": .string("dev"), "provider": .string("dev"), "token": .string(try server.token(["ditto": fromClaim]))])
+            #expect(withClaim.json["permissions"] == fromClaim)
+            let without = try await server.json("/v1/auth", ["appID": .string("dev"), "provider": .string("dev"), "token": .string(try server.token())])
+            let permissions = without.json["permissions"]?.objectValue
+            #expect(permissions?["read"]?.objectValue?["everything"] == .bool(true))
+            #expect(permissions?["write"]?.objectValue?["everything"] == .bool(false))
+            #expect(permissions?["write"]?.objectValue?["queriesByCollection"] == .object(["cars": .string("true")]))
+        }
+    }
+
     @Test func webhookRefusesWithStableCodes() async throws {
         try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 300) }) { server in
             func auth(_ token: String, provider: String = "dev", appID: String = "dev") async throws -> (Int, [String: JSONValue]) {
