@@ -4,6 +4,7 @@ import Synchronization
 /// Pre-initialised OpenSSL contexts for one key and one algorithm, so that per token only the
 /// hash and the verification run (no `EVP_DigestVerifyInit`, no HMAC key schedule).
 ///
+/// HMAC keys need no context: their precomputed states (``HMACKey``) are shared read-only.
 /// OpenSSL contexts must not be used by two threads at once. The pool has one lazily created
 /// context per stripe of a ``Striped`` lock set, chosen by the calling thread. When a stripe is
 /// busy the call uses a fresh context instead of waiting.
@@ -11,14 +12,25 @@ final class ContextPool: Sendable {
     private let stripes = Striped { Slot() }
     let algorithm: JWTAlgorithm
     private let key: JWTKeyStorage
+    /// For HS*: the key's precomputed HMAC states, shared by all threads (only read), so HMAC
+    /// verification takes no lock and no context.
+    private let hmac: HMACKey?
 
     init(algorithm: JWTAlgorithm, key: JWTKey) {
         self.algorithm = algorithm
         self.key = key.storage
+        if algorithm.family == .hmac, case .secret(let secret) = key.material {
+            hmac = HMACKey(algorithm, secret: secret)
+        } else {
+            hmac = nil
+        }
     }
 
     /// Verifies `signature` over `message` (signature length already checked by the caller).
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
+        if algorithm.family == .hmac {
+            return hmac?.verify(message: message, signature: signature) ?? false
+        }
         let result = stripes.forCurrentThread.lock.withLockIfAvailable { slot -> Bool? in
             if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: key.material) }
             guard let context = slot.context else { return nil }
@@ -32,6 +44,44 @@ final class ContextPool: Sendable {
 
     struct Slot: ~Copyable {
         var context: VerifyContext? = nil
+    }
+}
+
+/// An HMAC key for HS256/384/512 with its inner and outer SHA-2 states computed once
+/// (`tt_hmac_key_new`); each MAC copies them to the stack. The C object is wiped and freed with
+/// this object.
+///
+/// `@unchecked Sendable` is safe: the states are written only in `init` and then only read.
+final class HMACKey: @unchecked Sendable {
+    private let key: UnsafeMutableRawPointer
+    let length: Int
+
+    init?(_ algorithm: JWTAlgorithm, secret: SecretBytes) {
+        guard algorithm.family == .hmac else { return nil }
+        let bytes = secret.bytes
+        guard let key = tt_hmac_key_new(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, Int32(algorithm.hashLength)) else {
+            return nil
+        }
+        self.key = key
+        length = algorithm.hashLength
+    }
+
+    deinit { tt_hmac_key_free(key) }
+
+    /// Calls `body` with the MAC of `message` (in a stack buffer); nil if hashing failed.
+    func withMAC<R>(_ message: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> R) -> R? {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out -> R? in
+            guard let base = out.baseAddress else { return nil }
+            let produced = tt_hmac_key_compute(key, message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count, base)
+            guard produced == Int32(length) else { return nil }
+            return body(UnsafeRawBufferPointer(start: base, count: length))
+        }
+    }
+
+    /// Constant-time comparison of the MAC of `message` with `signature`.
+    func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
+        guard signature.count == length, let sig = signature.baseAddress else { return false }
+        return withMAC(message) { mac in mac.baseAddress.map { CRYPTO_memcmp($0, sig, length) == 0 } ?? false } ?? false
     }
 }
 
@@ -59,7 +109,6 @@ enum Digests {
 final class VerifyContext: @unchecked Sendable {
     // Exactly one of these is set. Plain optionals, not an enum with payloads, so that leak
     // checkers can follow the pointers (see JWTKeyStorage).
-    private var hmac: UnsafeMutableRawPointer? = nil  // HMAC_CTX, pre-keyed
     private var pkeyContext: OpaquePointer? = nil  // EVP_PKEY_CTX, verify-initialised (RSA, PSS, ECDSA)
     private var digestContext: OpaquePointer? = nil  // EVP_MD_CTX for EdDSA, re-initialised per call
     private var eddsaKey: PKey? = nil
@@ -68,13 +117,8 @@ final class VerifyContext: @unchecked Sendable {
     init?(algorithm: JWTAlgorithm, material: JWTKey.Material) {
         self.algorithm = algorithm
         switch material {
-        case .secret(let secret):
-            guard algorithm.family == .hmac, let md = Digests.forAlgorithm(algorithm) else { return nil }
-            guard let ctx = tt_hmac_new(secret.bytes.baseAddress, Int32(secret.count), md) else {
-                OpenSSLError.clear()
-                return nil
-            }
-            hmac = ctx
+        case .secret:
+            return nil  // HMAC keys use HMACKey
         case .pkey(let pkey):
             if algorithm == .eddsa {
                 guard let ctx = EVP_MD_CTX_new() else { return nil }
@@ -107,7 +151,6 @@ final class VerifyContext: @unchecked Sendable {
     }
 
     deinit {
-        if let hmac { tt_hmac_free(hmac) }
         if let pkeyContext { EVP_PKEY_CTX_free(pkeyContext) }
         if let digestContext { EVP_MD_CTX_free(digestContext) }
     }
@@ -115,18 +158,6 @@ final class VerifyContext: @unchecked Sendable {
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
         let input = message.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let sig = signature.baseAddress?.assumingMemoryBound(to: UInt8.self)
-        if let ctx = hmac {
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out -> Bool in
-                var length: UInt32 = 0
-                guard let base = out.baseAddress, tt_hmac_compute(ctx, input, message.count, base, &length) == 1,
-                    Int(length) == signature.count, let sig
-                else {
-                    OpenSSLError.clear()
-                    return false
-                }
-                return CRYPTO_memcmp(base, sig, Int(length)) == 0
-            }
-        }
         if let ctx = digestContext, let pkey = eddsaKey {
             guard EVP_DigestVerifyInit_ex(ctx, nil, nil, nil, nil, pkey.pointer, nil) == 1 else {
                 OpenSSLError.clear()
