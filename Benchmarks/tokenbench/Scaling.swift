@@ -14,13 +14,19 @@ struct ScalingResult {
 
 enum Scaling {
     /// Throughput of `tasks` concurrent tasks, each looping for `seconds`, against one task.
-    static func measure(algorithm: JWTAlgorithm, tasks: Int, seconds: Double, _ body: @escaping @Sendable (Int) -> Bool) async -> ScalingResult {
+    ///
+    /// Each task verifies its own copies of the token strings, as a server's requests each bring
+    /// their own bytes: tasks sharing one array of strings would bounce the strings' reference
+    /// counts between cores and measure the benchmark instead of the verifier.
+    static func measure(algorithm: JWTAlgorithm, tasks: Int, seconds: Double, tokens: [String], _ verify: @escaping @Sendable (String) -> Bool) async -> ScalingResult {
+        let copies = (0..<tasks).map { _ in tokens.map { String(decoding: Array($0.utf8), as: UTF8.self) } }
+        let body: @Sendable (Int, Int) -> Bool = { task, i in verify(copies[task][i % tokens.count]) }
         let single = await run(tasks: 1, seconds: seconds, body)
         let parallel = await run(tasks: tasks, seconds: seconds, body)
         return ScalingResult(algorithm: algorithm, tasks: tasks, single: single, parallel: parallel)
     }
 
-    static func run(tasks: Int, seconds: Double, _ body: @escaping @Sendable (Int) -> Bool) async -> Double {
+    static func run(tasks: Int, seconds: Double, _ body: @escaping @Sendable (Int, Int) -> Bool) async -> Double {
         let start = nowNanoseconds()
         let deadline = start + UInt64(seconds * 1e9)
         let total = await withTaskGroup(of: Int.self) { group in
@@ -30,7 +36,7 @@ enum Scaling {
                     var i = t * 7919
                     while nowNanoseconds() < deadline {
                         for _ in 0..<100 {
-                            if body(i) { done += 1 }
+                            if body(t, i) { done += 1 }
                             i += 1
                         }
                     }

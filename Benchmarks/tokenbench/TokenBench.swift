@@ -108,9 +108,8 @@ struct TokenBench: AsyncParsableCommand {
             for algorithm in [JWTAlgorithm.rs256, .hs256] {
                 let workload = try Workload(algorithm)
                 let verifier = try workload.verifier(engine: .native)
-                let tokens = workload.tokens
-                let result = await Scaling.measure(algorithm: algorithm, tasks: cores, seconds: seconds) { i in
-                    (try? verifier.verify(tokens[i % tokens.count])) != nil
+                let result = await Scaling.measure(algorithm: algorithm, tasks: cores, seconds: seconds, tokens: workload.tokens) { token in
+                    (try? verifier.verify(token)) != nil
                 }
                 print(result.line)
                 scaling.append(result)
