@@ -48,8 +48,12 @@ typedef struct tt_hmac_key {
 // NULL for an unsupported hash length or when out of memory.
 static inline void *tt_hmac_key_new(const unsigned char *key, size_t key_len, int hash_length) {
     if (hash_length != 32 && hash_length != 48 && hash_length != 64) return NULL;
-    tt_hmac_key *k = (tt_hmac_key *)calloc(1, sizeof(tt_hmac_key));
+    // Whole cache lines: the states are read on every token, possibly next to another thread's
+    // objects whose reference counts are written.
+    size_t size = (sizeof(tt_hmac_key) + 63) & ~(size_t)63;
+    tt_hmac_key *k = (tt_hmac_key *)aligned_alloc(64, size);
     if (k == NULL) return NULL;
+    memset(k, 0, size);
     k->hash_length = hash_length;
     size_t block = hash_length == 32 ? 64 : 128;
     unsigned char padded[128] = {0};

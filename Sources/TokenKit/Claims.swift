@@ -20,7 +20,8 @@ public struct RegisteredClaims: Sendable, Hashable {
         case range(Int, Int)
     }
 
-    private let source: [UInt8]
+    /// The payload the ranges point into (nil when every string is a `.string`).
+    private let source: PayloadBytes?
     private let iss: Text?
     private let sub: Text?
     private let jti: Text?
@@ -42,7 +43,8 @@ public struct RegisteredClaims: Sendable, Hashable {
     private func resolve(_ text: Text) -> String {
         switch text {
         case .string(let s): s
-        case .range(let start, let end): String(decoding: source[start..<end], as: UTF8.self)
+        case .range(let start, let end):
+            source?.withUnsafeBytes { String(decoding: $0[start..<end], as: UTF8.self) } ?? ""
         }
     }
 
@@ -52,6 +54,7 @@ public struct RegisteredClaims: Sendable, Hashable {
         case .string(let s):
             return candidates.contains(s)
         case .range(let start, let end):
+            guard let source else { return false }
             return source.withUnsafeBytes { bytes -> Bool in
                 guard let base = bytes.baseAddress else { return false }
                 for candidate in candidates where candidate.utf8.count == end - start {
@@ -86,7 +89,7 @@ public struct RegisteredClaims: Sendable, Hashable {
 
     /// Claims whose strings are ranges of `source` (the fast payload reader).
     init(
-        source: [UInt8], iss: Range<Int>?, sub: Range<Int>?, aud: Range<Int>?, jti: Range<Int>?, expiration: NumericDate?,
+        source: PayloadBytes, iss: Range<Int>?, sub: Range<Int>?, aud: Range<Int>?, jti: Range<Int>?, expiration: NumericDate?,
         notBefore: NumericDate?, issuedAt: NumericDate?
     ) {
         self.source = source
@@ -101,7 +104,7 @@ public struct RegisteredClaims: Sendable, Hashable {
 
     /// Reads and type-checks the registered claims of a payload.
     public init(payload: [String: JSONValue]) throws(TokenError) {
-        source = []
+        source = nil
         iss = try RegisteredClaims.string(payload, "iss").map { .string($0) }
         sub = try RegisteredClaims.string(payload, "sub").map { .string($0) }
         jti = try RegisteredClaims.string(payload, "jti").map { .string($0) }
@@ -234,6 +237,20 @@ public struct ClaimsPolicy: Sendable {
         if let name = missingRequired() {
             throw TokenError(.missingClaim, "the token has no \"\(JSONParser.printable(name))\"")
         }
+    }
+
+    /// The same policy with every string and set in new storage, for a verifier shard (the hot
+    /// path retains the issuer and audience sets; shared ones would bounce between cores).
+    func copyForShard() -> ClaimsPolicy {
+        func fresh(_ text: String) -> String { String(decoding: Array(text.utf8), as: UTF8.self) }
+        func fresh(_ set: Set<String>) -> Set<String> { Set(set.map(fresh)) }
+        var copy = self
+        copy.issuers = fresh(issuers)
+        copy.audiences = fresh(audiences)
+        copy.requiredClaims = fresh(requiredClaims)
+        copy.understoodCriticalHeaders = fresh(understoodCriticalHeaders)
+        copy.expectedType = expectedType.map(fresh)
+        return copy
     }
 
     static func normaliseType(_ typ: String) -> String {

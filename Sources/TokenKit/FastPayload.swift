@@ -46,11 +46,11 @@ enum FastPayload {
         }
     }
 
-    static func scan(_ source: [UInt8], required: Required) -> Result? {
+    static func scan(_ source: PayloadBytes, required: Required) -> Result? {
         source.withUnsafeBytes { scan($0, source: source, required: required) }
     }
 
-    private static func scan(_ input: UnsafeRawBufferPointer, source: [UInt8], required: Required) -> Result? {
+    private static func scan(_ input: UnsafeRawBufferPointer, source: PayloadBytes, required: Required) -> Result? {
         withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: maxMembers) { names -> Result? in
             var scanner = Scanner(input: input)
             var count = 0

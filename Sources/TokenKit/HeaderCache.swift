@@ -6,7 +6,8 @@ import Synchronization
 /// a comparison instead of base64 decoding and JSON parsing. The cache is safe because the result
 /// depends only on the exact segment bytes and on the verifier, which is immutable: the same bytes
 /// always give the same header and key. Only successes are cached; segments longer than 512 bytes
-/// are not cached. 16 stripes (``Striped``, chosen by thread) × 4 entries bound its size.
+/// are not cached. Each of a verifier's shards (one per stripe of threads) has its own cache of at
+/// most 4 entries.
 final class HeaderCache: Sendable {
     static let entriesPerStripe = 4
     static let maxSegment = 512
@@ -22,11 +23,13 @@ final class HeaderCache: Sendable {
         var next = 0
     }
 
-    private let stripes = Striped { Items() }
+    private let state = Mutex(Items())
+    /// Keeps another shard's objects off the cache line of this lock.
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
 
     func lookup(_ segment: UnsafeRawBufferPointer) -> (JOSEHeader, Int)? {
         guard segment.count <= HeaderCache.maxSegment else { return nil }
-        return stripes.forCurrentThread.lock.withLock { state -> (JOSEHeader, Int)? in
+        return state.withLock { state -> (JOSEHeader, Int)? in
             for item in state.items where item.segment.sameBytes(as: segment) { return (item.header, item.entry) }
             return nil
         }
@@ -35,7 +38,7 @@ final class HeaderCache: Sendable {
     func insert(_ segment: UnsafeRawBufferPointer, header: JOSEHeader, entry: Int) {
         guard segment.count <= HeaderCache.maxSegment else { return }
         let item = Item(segment: Array(segment), header: header, entry: entry)
-        stripes.forCurrentThread.lock.withLock { state in
+        state.withLock { state in
             if state.items.count < HeaderCache.entriesPerStripe {
                 state.items.append(item)
             } else {

@@ -80,6 +80,16 @@ public struct JWTKey: Sendable, CustomStringConvertible {
             type: type, isPrivate: isPrivate, algorithms: chosen, kid: kid, use: use, keyOperations: keyOperations, material: material)
     }
 
+    private init(storage: JWTKeyStorage) { self.storage = storage }
+
+    /// The same key in a new storage object, for a verifier shard: verified tokens carry their
+    /// key, and a storage object shared by threads on two cores would bounce its reference count.
+    func copyForShard() -> JWTKey {
+        JWTKey(storage: JWTKeyStorage(
+            type: storage.type, isPrivate: storage.isPrivate, algorithms: storage.algorithms, kid: storage.kid, use: storage.use,
+            keyOperations: storage.keyOperations, material: storage.material))
+    }
+
     public var description: String {
         var text = type.isSymmetric ? "\(type)" : "\(type) \(isPrivate ? "private" : "public") key"
         if let kid { text += " (kid \"\(kid)\")" }

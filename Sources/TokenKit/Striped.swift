@@ -25,14 +25,30 @@ struct Striped<Value: ~Copyable>: Sendable {
         self.stripes = stripes
     }
 
-    /// The stripe for the calling thread: threads mostly get different stripes, so their locks
-    /// stay uncontended and on their own core.
-    var forCurrentThread: Stripe {
-        let thread = UInt(pthread_self())
-        // Thread control blocks are widely spaced; mix the middle bits.
-        return stripes[Int(truncatingIfNeeded: (thread >> 12) ^ (thread >> 21) ^ (thread >> 30)) & (Self.count - 1)]
-    }
+    /// The stripe for the calling thread: up to ``count`` threads get different stripes, so their
+    /// locks stay uncontended and on their own core.
+    var forCurrentThread: Stripe { stripes[ThreadIndex.current & (Self.count - 1)] }
 
     /// The stripe for a hash value.
     func forHash(_ h: UInt64) -> Stripe { stripes[Int(h & UInt64(Self.count - 1))] }
+}
+
+/// A number per thread, handed out in order of first use (1, 2, 3, …) and kept for the thread's
+/// life, so that the first 16 threads that verify get 16 different stripes. (Hashing thread
+/// addresses, as before, let two of a pool's threads share a stripe in some runs.)
+enum ThreadIndex {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        // Without a key (the process is out of keys) every thread gets index 0: still correct.
+        _ = pthread_key_create(&key, nil)
+        return key
+    }()
+    private static let next = Atomic<Int>(1)
+
+    static var current: Int {
+        if let stored = pthread_getspecific(key) { return Int(bitPattern: stored) }
+        let index = next.add(1, ordering: .relaxed).oldValue
+        _ = pthread_setspecific(key, UnsafeRawPointer(bitPattern: index))
+        return index
+    }
 }

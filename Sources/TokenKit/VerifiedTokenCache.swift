@@ -39,7 +39,7 @@ final class TokenCache: Sendable {
     struct Entry: Sendable {
         let token: [UInt8]
         let verified: VerifiedToken
-        var cost: Int { token.count + verified.payloadBytes.count + 128 }
+        var cost: Int { token.count + verified.bytes.count + 128 }
     }
 
     struct State: ~Copyable {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import TokenKit
 
@@ -160,5 +161,73 @@ struct ClaimsTests {
             }
             #expect(ok, "engine \(engine)")
         }
+    }
+
+    /// Runs `body` on `count` new threads at once (more threads than a verifier has shards, so
+    /// every shard and a shared one are used) and returns each thread's result.
+    static func onThreads<R: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) -> R) -> [R] {
+        let results = Mutex<[Int: R]>([:])
+        let done = DispatchGroup()
+        for index in 0..<count {
+            done.enter()
+            let thread = Thread {
+                let result = body(index)
+                results.withLock { $0[index] = result }
+                done.leave()
+            }
+            thread.start()
+        }
+        done.wait()
+        return results.withLock { all in (0..<count).compactMap { all[$0] } }
+    }
+
+    /// A verifier keeps a copy of its keys and policy per stripe of threads; every copy must
+    /// refuse and accept exactly what the original does.
+    @Test func everyShardAppliesTheWholePolicy() throws {
+        let policy = ClaimsPolicy(
+            issuers: ["issuer.example.hubat.net"], audiences: ["the-service-audience"], requiredClaims: ["sub", "application-name"],
+            expectedType: "JWT")
+        let base: [String: JSONValue] = [
+            "iss": .string("issuer.example.hubat.net"), "aud": .string("the-service-audience"), "sub": .string("u"),
+            "application-name": .string("a"), "exp": .integer(Int(t) + 60),
+        ]
+        func with(_ name: String, _ value: JSONValue?) -> [String: JSONValue] {
+            var claims = base
+            claims[name] = value
+            return claims
+        }
+        let typ: [String: JSONValue] = ["typ": .string("JWT")]
+        let cases: [(String, TokenError.Code?)] = [
+            (try token(base, header: typ), nil),
+            (try token(with("iss", .string("issuer.example.hubat.nex")), header: typ), .issuerMismatch),
+            (try token(with("aud", .string("the-service-audiencE")), header: typ), .audienceMismatch),
+            (try token(with("application-name", nil), header: typ), .missingClaim),
+            (try token(with("exp", .integer(Int(t) - 120)), header: typ), .expired),
+            (try token(base, header: ["typ": .string("at+jwt")]), .typeMismatch),
+            (try token(base, header: ["typ": .string("JWT"), "crit": .array([.string("x-unknown")]), "x-unknown": .bool(true)]), .unsupportedCritical),
+            (try token(base, header: typ).dropLast(2) + "AA", .badSignature),
+        ]
+        let verifier = try JWTVerifier(key: hs256Key, policy: policy, clock: .fixed(t))
+        let tokens = cases.map(\.0)
+        let expected = cases.map(\.1)
+        #expect(tokens.map { token in code { _ = try verifier.verify(token) } } == expected)
+        let perThread = Self.onThreads(24) { _ in
+            // Twice, so the second round goes through each shard's header cache.
+            (0..<2).flatMap { _ in tokens.map { token in code { _ = try verifier.verify(token) } } }
+        }
+        #expect(perThread.count == 24)
+        for (index, outcome) in perThread.enumerated() {
+            #expect(outcome == expected + expected, "thread \(index)")
+        }
+        // The verified token carries the key and claims whichever shard verified it.
+        let subjects = Self.onThreads(20) { _ in try? verifier.verify(tokens[0]).claims.subject }
+        #expect(subjects == Array(repeating: "u", count: 20))
+        #expect(verifier.keys.count == 1 && verifier.keys[0].kid == hs256Key.kid)
+    }
+
+    @Test func threadsGetDistinctIndexes() {
+        let indexes = Self.onThreads(16) { _ in (ThreadIndex.current, ThreadIndex.current) }
+        #expect(indexes.allSatisfy { $0.0 == $0.1 }, "a thread's index changed")
+        #expect(Set(indexes.map(\.0)).count == 16)
     }
 }

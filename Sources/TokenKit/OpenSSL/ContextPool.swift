@@ -1,25 +1,31 @@
 internal import COpenSSL
 import Synchronization
 
-/// Pre-initialised OpenSSL contexts for one key and one algorithm, so that per token only the
+/// A pre-initialised OpenSSL context for one key and one algorithm, so that per token only the
 /// hash and the verification run (no `EVP_DigestVerifyInit`, no HMAC key schedule).
 ///
-/// HMAC keys need no context: their precomputed states (``HMACKey``) are shared read-only.
-/// OpenSSL contexts must not be used by two threads at once. The pool has one lazily created
-/// context per stripe of a ``Striped`` lock set, chosen by the calling thread. When a stripe is
-/// busy the call uses a fresh context instead of waiting.
+/// A verifier has one pool per key, algorithm and shard (stripe of threads), so the slot is
+/// normally used by one thread. OpenSSL contexts must not be used by two threads at once: when the
+/// slot is busy the call uses a fresh context instead of waiting. HMAC keys need no context: their
+/// precomputed states (``HMACKey``) are only read.
 final class ContextPool: Sendable {
-    private let stripes = Striped { Slot() }
+    private let slot = Mutex(Slot())
+    /// Keeps another shard's objects off the cache line of this lock and reference count.
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
     let algorithm: JWTAlgorithm
     private let key: JWTKeyStorage
     /// For HS*: the key's precomputed HMAC states, shared by all threads (only read), so HMAC
     /// verification takes no lock and no context.
     private let hmac: HMACKey?
 
-    init(algorithm: JWTAlgorithm, key: JWTKey) {
+    convenience init(algorithm: JWTAlgorithm, key: JWTKey) {
+        self.init(algorithm: algorithm, storage: key.storage)
+    }
+
+    private init(algorithm: JWTAlgorithm, storage: JWTKeyStorage) {
         self.algorithm = algorithm
-        self.key = key.storage
-        if algorithm.family == .hmac, case .secret(let secret) = key.material {
+        self.key = storage
+        if algorithm.family == .hmac, case .secret(let secret) = storage.material {
             hmac = HMACKey(algorithm, secret: secret)
         } else {
             hmac = nil
@@ -31,13 +37,13 @@ final class ContextPool: Sendable {
         if algorithm.family == .hmac {
             return hmac?.verify(message: message, signature: signature) ?? false
         }
-        let result = stripes.forCurrentThread.lock.withLockIfAvailable { slot -> Bool? in
+        let result = slot.withLockIfAvailable { slot -> Bool? in
             if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: key.material) }
             guard let context = slot.context else { return nil }
             return context.verify(message: message, signature: signature)
         }
         if let result, let result { return result }
-        // Busy stripe (or context creation failed there): a one-off context.
+        // Busy slot (or context creation failed there): a one-off context.
         guard let context = VerifyContext(algorithm: algorithm, material: key.material) else { return false }
         return context.verify(message: message, signature: signature)
     }
@@ -45,6 +51,9 @@ final class ContextPool: Sendable {
     struct Slot: ~Copyable {
         var context: VerifyContext? = nil
     }
+
+    /// A pool for the same key and algorithm with its own slot and HMAC states (for another shard).
+    func copy() -> ContextPool { ContextPool(algorithm: algorithm, storage: key) }
 }
 
 /// An HMAC key for HS256/384/512 with its inner and outer SHA-2 states computed once
@@ -55,6 +64,8 @@ final class ContextPool: Sendable {
 final class HMACKey: @unchecked Sendable {
     private let key: UnsafeMutableRawPointer
     let length: Int
+    /// Keeps another shard's objects off the cache line of this reference count.
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
 
     init?(_ algorithm: JWTAlgorithm, secret: SecretBytes) {
         guard algorithm.family == .hmac else { return nil }
