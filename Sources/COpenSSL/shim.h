@@ -111,6 +111,25 @@ static inline int tt_hmac_key_compute(const void *key, const unsigned char *data
     return ok ? k->hash_length : 0;
 }
 
+// A one-shot SHA-2 digest on a stack context. EVP_Digest allocates a context and a provider
+// context per call, and in 3.0 the one-shot SHA256() fetches the algorithm by name each time; the
+// low-level Init/Update/Final run the same assembly without either. Returns the digest length,
+// 0 for an unsupported length.
+static inline int tt_sha2(int hash_length, const unsigned char *data, size_t len, unsigned char *out) {
+    int ok;
+    if (hash_length == 32) {
+        SHA256_CTX c;
+        ok = SHA256_Init(&c) && SHA256_Update(&c, data, len) && SHA256_Final(out, &c);
+    } else if (hash_length == 48 || hash_length == 64) {
+        SHA512_CTX c;
+        ok = hash_length == 48 ? (SHA384_Init(&c) && SHA384_Update(&c, data, len) && SHA384_Final(out, &c))
+                               : (SHA512_Init(&c) && SHA512_Update(&c, data, len) && SHA512_Final(out, &c));
+    } else {
+        return 0;
+    }
+    return ok ? hash_length : 0;
+}
+
 static inline void tt_hmac_key_free(void *key) {
     if (key == NULL) return;
     OPENSSL_cleanse(key, sizeof(tt_hmac_key));

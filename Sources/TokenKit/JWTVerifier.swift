@@ -117,6 +117,12 @@ public struct JWTVerifier: Sendable {
         }
 
         func copy() -> Shard { Shard(entries: entries.map { $0.copyForShard() }, policy: policy.copyForShard()) }
+
+        /// The policy for claims whose required ones are known to be present. (A method here, so
+        /// that the policy is read in place: `shard.policy.check` copied it, ten retains and releases.)
+        func check(_ claims: RegisteredClaims, header: JOSEHeader, now: Double) throws(TokenError) {
+            try policy.check(claims, missingRequired: { nil }, header: header, now: now)
+        }
     }
 
     public let policy: ClaimsPolicy
@@ -199,7 +205,7 @@ public struct JWTVerifier: Sendable {
         let slot = try withTokenBytes(token) { bytes throws(TokenError) in tokenCache.hash(bytes) }
         if let hit = try token.withUTF8Bytes({ bytes throws(TokenError) in tokenCache.lookup(bytes, hash: slot) }) {
             do throws(TokenError) {
-                try shard.policy.check(hit.claims, missingRequired: { nil }, header: hit.header, now: clock.now)
+                try shard.check(hit.claims, header: hit.header, now: clock.now)
                 return hit
             } catch {
                 tokenCache.remove(hash: slot)

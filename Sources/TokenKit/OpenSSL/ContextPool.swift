@@ -180,10 +180,9 @@ final class VerifyContext: @unchecked Sendable {
         }
         guard let ctx = pkeyContext else { return false }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { digest -> Bool in
-                var length: UInt32 = 0
-                guard let base = digest.baseAddress,
-                    EVP_Digest(input, message.count, base, &length, Digests.forAlgorithm(algorithm), nil) == 1
-                else {
+                guard let base = digest.baseAddress else { return false }
+                let length = tt_sha2(Int32(algorithm.hashLength), input, message.count, base)
+                guard length == Int32(algorithm.hashLength) else {
                     OpenSSLError.clear()
                     return false
                 }
