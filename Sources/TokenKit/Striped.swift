@@ -39,7 +39,8 @@ struct Striped<Value: ~Copyable>: Sendable {
 enum ThreadIndex {
     private static let key: pthread_key_t = {
         var key = pthread_key_t()
-        // Without a key (the process is out of keys) every thread gets index 0: still correct.
+        // Without a key (the process is out of keys) every call takes a new index: still
+        // correct, only without the per-thread placement.
         _ = pthread_key_create(&key, nil)
         return key
     }()
