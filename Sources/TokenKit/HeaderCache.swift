@@ -9,7 +9,7 @@ import Synchronization
 /// are not cached. Each of a verifier's shards (one per stripe of threads) has its own cache of at
 /// most 4 entries.
 final class HeaderCache: Sendable {
-    static let entriesPerStripe = 4
+    static let entriesPerShard = 4
     static let maxSegment = 512
 
     struct Item: Sendable {
@@ -24,8 +24,7 @@ final class HeaderCache: Sendable {
     }
 
     private let state = Mutex(Items())
-    /// Keeps another shard's objects off the cache line of this lock.
-    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private let padding = CacheLinePadding()
 
     func lookup(_ segment: UnsafeRawBufferPointer) -> (JOSEHeader, Int)? {
         guard segment.count <= HeaderCache.maxSegment else { return nil }
@@ -39,11 +38,11 @@ final class HeaderCache: Sendable {
         guard segment.count <= HeaderCache.maxSegment else { return }
         let item = Item(segment: Array(segment), header: header, entry: entry)
         state.withLock { state in
-            if state.items.count < HeaderCache.entriesPerStripe {
+            if state.items.count < HeaderCache.entriesPerShard {
                 state.items.append(item)
             } else {
                 state.items[state.next] = item
-                state.next = (state.next + 1) % HeaderCache.entriesPerStripe
+                state.next = (state.next + 1) % HeaderCache.entriesPerShard
             }
         }
     }

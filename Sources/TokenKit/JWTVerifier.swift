@@ -83,8 +83,7 @@ public struct JWTVerifier: Sendable {
         let libjwt: [JWTAlgorithm: LibJWTHandle]
         /// Pre-initialised OpenSSL contexts, one pool per algorithm the key accepts.
         let pools: [ContextPool]
-        /// Keeps another shard's objects off the cache line of this reference count.
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+        private let padding = CacheLinePadding()
 
         init(key: JWTKey, libjwt: [JWTAlgorithm: LibJWTHandle], pools: [ContextPool]) {
             self.key = key
@@ -111,7 +110,7 @@ public struct JWTVerifier: Sendable {
         /// `policy.requiredClaims` prepared for the hot path's payload reader.
         let required: FastPayload.Required
         let headers = HeaderCache()
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+        private let padding = CacheLinePadding()
 
         init(entries: [Entry], policy: ClaimsPolicy) {
             self.entries = entries
@@ -121,8 +120,8 @@ public struct JWTVerifier: Sendable {
 
         func copy() -> Shard { Shard(entries: entries.map { $0.copyForShard() }, policy: policy.copyForShard()) }
 
-        /// The policy for claims whose required ones are known to be present. (A method here, so
-        /// that the policy is read in place: `shard.policy.check` copied it, ten retains and releases.)
+        /// The policy for claims whose required ones are known to be present, for the cache-hit
+        /// path (there `shard.policy.check` copied the policy: ten retains and releases).
         func check(_ claims: RegisteredClaims, header: JOSEHeader, now: Double) throws(TokenError) {
             try policy.check(claims, missingRequired: { nil }, header: header, now: now)
         }
@@ -136,13 +135,15 @@ public struct JWTVerifier: Sendable {
     /// The keys this verifier accepts.
     public var keys: [JWTKey] { shards[0].entries.map(\.key) }
 
-    /// `Striped.count` shards; the first holds the caller's keys and policy, the others copies.
+    /// A power of two: a thread's shard is the low bits of its ``ThreadIndex``.
+    static let shardCount = 16
+    /// `shardCount` shards; the first holds the caller's keys and policy, the others copies.
     private let shards: [Shard]
     private let byKid: [String: Int]
     private let tokenCache: TokenCache?
 
     /// The calling thread's shard.
-    private var shard: Shard { shards[ThreadIndex.current & (shards.count - 1)] }
+    private var shard: Shard { shards[ThreadIndex.current & (JWTVerifier.shardCount - 1)] }
 
     /// Number of tokens in the verified-token cache (0 without one).
     public var cachedTokenCount: Int { tokenCache?.count ?? 0 }
@@ -171,7 +172,7 @@ public struct JWTVerifier: Sendable {
             entries.append(Entry(key: key, libjwt: handles, pools: pools))
         }
         let first = Shard(entries: entries, policy: policy)
-        self.shards = [first] + (1..<Striped<Void>.count).map { _ in first.copy() }
+        self.shards = [first] + (1..<JWTVerifier.shardCount).map { _ in first.copy() }
         self.byKid = byKid
         self.policy = policy
         self.engine = engine
@@ -226,6 +227,8 @@ public struct JWTVerifier: Sendable {
         let claims: RegisteredClaims
         if let fast, fast.hasRequired {
             claims = fast.claims
+            // Not `shard.check`: through it this path measured 35 ns slower (870 → 905 ns, HS256),
+            // while the cache-hit path is 45 ns faster through it. Same check either way.
             try shard.policy.check(claims, missingRequired: { nil }, header: jws.header, now: clock.now)
         } else {
             // Anything the fast reader does not handle, and every error, goes through the full parser.

@@ -4,13 +4,13 @@ import Synchronization
 import Glibc
 #endif
 
-/// A fixed set of independently locked values, for state that many threads touch at once
-/// (pooled OpenSSL contexts, the header cache, the verified-token cache). Each stripe is its own
-/// heap object, padded so that neighbouring locks do not share a cache line.
+/// A fixed set of independently locked values, chosen by hash, for state that many threads touch
+/// at once (the verified-token cache). Each stripe is its own heap object, padded so that
+/// neighbouring locks do not share a cache line.
 struct Striped<Value: ~Copyable>: Sendable {
     final class Stripe: Sendable {
         let lock: Mutex<Value>
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+        private let padding = CacheLinePadding()
         init(_ value: consuming sending Value) { lock = Mutex(value) }
     }
 
@@ -25,16 +25,18 @@ struct Striped<Value: ~Copyable>: Sendable {
         self.stripes = stripes
     }
 
-    /// The stripe for the calling thread: up to ``count`` threads get different stripes, so their
-    /// locks stay uncontended and on their own core.
-    var forCurrentThread: Stripe { stripes[ThreadIndex.current & (Self.count - 1)] }
-
     /// The stripe for a hash value.
     func forHash(_ h: UInt64) -> Stripe { stripes[Int(h & UInt64(Self.count - 1))] }
 }
 
+/// 64 bytes of nothing, stored last in objects whose lock or reference count threads on different
+/// cores write, so that the next object the allocator places does not share their cache line.
+struct CacheLinePadding: Sendable {
+    private let words: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+}
+
 /// A number per thread, handed out in order of first use (1, 2, 3, …) and kept for the thread's
-/// life, so that the first 16 threads that verify get 16 different stripes. (Hashing thread
+/// life, so that the first 16 threads that verify get 16 different verifier shards. (Hashing thread
 /// addresses, as before, let two of a pool's threads share a stripe in some runs.)
 enum ThreadIndex {
     private static let key: pthread_key_t = {

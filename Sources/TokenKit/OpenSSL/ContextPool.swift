@@ -10,8 +10,7 @@ import Synchronization
 /// precomputed states (``HMACKey``) are only read.
 final class ContextPool: Sendable {
     private let slot = Mutex(Slot())
-    /// Keeps another shard's objects off the cache line of this lock and reference count.
-    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private let padding = CacheLinePadding()
     let algorithm: JWTAlgorithm
     private let key: JWTKeyStorage
     /// For HS*: the key's precomputed HMAC states, shared by all threads (only read), so HMAC
@@ -34,9 +33,7 @@ final class ContextPool: Sendable {
 
     /// Verifies `signature` over `message` (signature length already checked by the caller).
     func verify(message: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> Bool {
-        if algorithm.family == .hmac {
-            return hmac?.verify(message: message, signature: signature) ?? false
-        }
+        if let hmac { return hmac.verify(message: message, signature: signature) }
         let result = slot.withLockIfAvailable { slot -> Bool? in
             if slot.context == nil { slot.context = VerifyContext(algorithm: algorithm, material: key.material) }
             guard let context = slot.context else { return nil }
@@ -64,8 +61,7 @@ final class ContextPool: Sendable {
 final class HMACKey: @unchecked Sendable {
     private let key: UnsafeMutableRawPointer
     let length: Int
-    /// Keeps another shard's objects off the cache line of this reference count.
-    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private let padding = CacheLinePadding()
 
     init?(_ algorithm: JWTAlgorithm, secret: SecretBytes) {
         guard algorithm.family == .hmac else { return nil }
