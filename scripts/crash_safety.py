@@ -12,7 +12,7 @@ after a random 1-3 s the server gets SIGKILL. It is started again on the same st
 A last round ends with SIGTERM instead, under the same load: the server must exit 0, and the same
 checks follow. Exit status 0 when every round passes. Usage: crash_safety.py --tokentool PATH [--rounds N]
 """
-import argparse, base64, hashlib, hmac, http.client, json, os, random, re, signal, socket, sqlite3
+import argparse, base64, hashlib, hmac, http.client, json, os, random, re, signal, sqlite3
 import subprocess, sys, tempfile, threading, time
 
 parser = argparse.ArgumentParser()
@@ -26,13 +26,7 @@ state = os.path.join(work, "state")
 ledger_path = os.path.join(state, "ledger.sqlite")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-port = free_port()
+port = None  # the port of the running server: the OS picks it at each start (--port 0)
 
 
 def get(path, timeout=10):
@@ -44,13 +38,25 @@ def get(path, timeout=10):
 
 
 def start_server():
-    log = open(os.path.join(work, "serve.log"), "ab")
-    process = subprocess.Popen([tokentool, "serve", "--state", state, "--port", str(port)], stdout=log, stderr=log,
+    """Starts serve on a port the OS picks, reads the port from its "listening on" line, and waits
+    until it answers /healthz."""
+    global port
+    log_path = os.path.join(work, "serve.log")
+    log = open(log_path, "ab")
+    offset = log.tell()
+    process = subprocess.Popen([tokentool, "serve", "--state", state, "--port", "0"], stdout=log, stderr=log,
                                stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline:
         if process.poll() is not None:
             sys.exit(f"FAIL: the server exited with {process.returncode} on start; see {work}/serve.log")
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            found = re.search(rb"listening on https?://[^:]+:(\d+)", f.read())
+        if not found:
+            time.sleep(0.05)
+            continue
+        port = int(found.group(1))
         try:
             if get("/healthz", timeout=2)[0] == 200:
                 return process

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A throw-away PostgreSQL server on loopback for the tests: `scripts/pgtest.sh start DIR PORT`
+# A throw-away PostgreSQL server on loopback for the tests: `scripts/pgtest.sh start DIR`
 # creates a cluster in DIR (owned by the postgres user when run as root: initdb refuses root),
-# starts it listening on 127.0.0.1:PORT only, creates database "tokentool", and prints its URL;
+# starts it listening on 127.0.0.1 only, creates database "tokentool", and prints its URL.
+# PostgreSQL cannot listen on port 0, so the port is one the OS just handed out as free; if another
+# process takes it before the server binds, the start is retried on a new port (up to 5 times).
 # `scripts/pgtest.sh stop DIR` stops it and removes DIR.
 set -euo pipefail
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -11,7 +13,7 @@ as_postgres() {
 }
 case "${1:-}" in
 start)
-    dir=$2 port=$3
+    dir=$2
     # The server must not inherit a descriptor of our caller (a pipe it reads to the end).
     for fd in $(ls /proc/$$/fd); do
         [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true
@@ -19,9 +21,19 @@ start)
     mkdir -p "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
     as_postgres "$bin/initdb" -D "$dir/data" -A trust -U tokentool >/dev/null
-    # No inherited descriptors: a caller reading our output through a pipe must see it close.
-    as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start \
-        </dev/null >/dev/null 2>"$dir/pg_ctl.err"
+    started=""
+    for attempt in 1 2 3 4 5; do
+        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        # No inherited descriptors: a caller reading our output through a pipe must see it close.
+        if as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start \
+            </dev/null >/dev/null 2>"$dir/pg_ctl.err"; then
+            started=yes
+            break
+        fi
+        grep -q "could not bind\|Address already in use" "$dir/log" 2>/dev/null || break
+        echo "pgtest: port $port was taken, retrying ($attempt)" >&2
+    done
+    [ -n "$started" ] || { echo "pgtest: PostgreSQL did not start:" >&2; cat "$dir/log" "$dir/pg_ctl.err" >&2 2>/dev/null; exit 1; }
     as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U tokentool tokentool
     echo "postgres://tokentool@127.0.0.1:$port/tokentool?sslmode=disable"
     ;;
@@ -31,7 +43,7 @@ stop)
     rm -rf "$dir"
     ;;
 *)
-    echo "usage: scripts/pgtest.sh start DIR PORT | stop DIR" >&2
+    echo "usage: scripts/pgtest.sh start DIR | stop DIR" >&2
     exit 2
     ;;
 esac

@@ -74,11 +74,11 @@ struct PeerTests {
         let devices = try await Devices()
         let openssl = devices.openssl
         func handshake(client: String) throws -> (server: String, client: String, clientStatus: Int32) {
-            let port = Int.random(in: 20_000...60_000)
+            // Port 0: the OS picks a free port and s_server prints it ("ACCEPT 127.0.0.1:PORT").
             let server = Process()
             server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             server.arguments = [
-                "openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-naccept", "1", "-cert", openssl.path("bob.pem"),
+                "openssl", "s_server", "-accept", "127.0.0.1:0", "-naccept", "1", "-cert", openssl.path("bob.pem"),
                 "-cert_chain", openssl.path("bob-intermediates.pem"), "-key", openssl.path("bob.key"), "-CAfile", openssl.path("root.pem"),
                 "-Verify", "2", "-verify_return_error", "-purpose", "sslclient",
             ]
@@ -88,7 +88,7 @@ struct PeerTests {
             server.standardInput = Pipe()
             try server.run()
             defer { if server.isRunning { server.terminate() } }
-            Thread.sleep(forTimeInterval: 0.5)
+            let (port, greeting) = try acceptedPort(out.fileHandleForReading)
             let result = try openssl.run(
                 [
                     "s_client", "-connect", "127.0.0.1:\(port)", "-cert", openssl.path("\(client).pem"), "-cert_chain",
@@ -96,7 +96,7 @@ struct PeerTests {
                     "-verify_return_error", "-purpose", "sslserver",
                 ], stdin: Data("Q\n".utf8))
             server.waitUntilExit()
-            return (String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), result.output, result.status)
+            return (greeting + String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), result.output, result.status)
         }
         let ok = try handshake(client: "alice")
         #expect(ok.client.contains("Verify return code: 0 (ok)"), "\(ok.client)")
@@ -104,6 +104,20 @@ struct PeerTests {
         #expect(!ok.server.contains("error"), "\(ok.server)")
         let refused = try handshake(client: "mallory")
         #expect(refused.server.contains("verify error") || refused.server.contains("unable to get local issuer"), "\(refused.server)")
+    }
+
+    /// Reads `openssl s_server`'s output until its "ACCEPT host:port" line and returns the port the
+    /// OS gave it, with the text read so far. Fails if s_server exits first or says nothing in 10 s.
+    func acceptedPort(_ handle: FileHandle) throws -> (Int, String) {
+        var text = ""
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let match = text.firstMatch(of: /ACCEPT [^\n]*:(\d+)\n/), let port = Int(match.1) { return (port, text) }
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }  // s_server exited
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        throw SupportError("openssl s_server did not report its port: \(text)")
     }
 
     @Test func swiftNIODevicesUsePeerTLS() async throws {
