@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "TokenKit", targets: ["TokenKit"]),
         .library(name: "PDAKeys", targets: ["PDAKeys"]),
         .library(name: "PeerCA", targets: ["PeerCA"]),
+        .library(name: "PeerCAPostgres", targets: ["PeerCAPostgres"]),
         .library(name: "TokenServer", targets: ["TokenServer"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
         .executable(name: "tokenbench", targets: ["tokenbench"]),
@@ -80,27 +81,38 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .target(
+            name: "PeerCAPostgres",
+            dependencies: [
+                "PeerCA",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
             name: "TokenServer",
             dependencies: [
-                "TokenKit", "PDAKeys", "PeerCA",
+                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "tokentool",
             dependencies: [
-                "TokenKit", "PDAKeys", "PeerCA", "TokenServer",
+                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "TokenServer",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),

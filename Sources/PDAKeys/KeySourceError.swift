@@ -36,6 +36,8 @@ public struct KeySourceError: Error, Sendable, Hashable, CustomStringConvertible
         public static let unusableKey = Code(rawValue: "unusable_key")
         /// The key fetcher was shut down.
         public static let shutDown = Code(rawValue: "shut_down")
+        /// Fetched keys were described but no ``RemoteKeyStore`` was given to fetch them with.
+        public static let noKeyStore = Code(rawValue: "no_key_store")
     }
 
     /// Which rule failed.

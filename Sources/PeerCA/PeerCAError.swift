@@ -29,6 +29,10 @@ public struct PeerCAError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let io = Code(rawValue: "io")
         /// The issuance ledger failed; nothing was issued.
         public static let ledger = Code(rawValue: "ledger")
+        /// A certificate with that serial number is recorded already (the CA draws another).
+        public static let serialExists = Code(rawValue: "serial_exists")
+        /// CA settings (`ca.json`, a store URL) that cannot be used.
+        public static let invalidSettings = Code(rawValue: "invalid_settings")
         /// No certificate has that serial number.
         public static let notFound = Code(rawValue: "not_found")
         /// A certificate presented by a peer does not chain to the CA roots or breaks our policy.

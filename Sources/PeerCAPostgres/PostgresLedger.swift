@@ -3,18 +3,21 @@ public import Logging
 import NIOCore
 public import PeerCA
 import PostgresNIO
+public import ServiceLifecycle
 
 /// The issuance ledger in PostgreSQL, for several CA instances behind a load balancer: serials
 /// and token uses are unique across instances (primary keys), revocations made through one
 /// instance are in every instance's CRL, and a commit is durable before a certificate is returned.
 ///
-/// Run ``client`` as a service (``run()``) while the ledger is in use.
-public final class PostgresLedger: CertificateLedger {
+/// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
+/// while the ledger is in use, and call ``migrate()`` once it runs. Its errors are
+/// ``PeerCA/PeerCAError``s; the URL's password never appears in them.
+public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
     let logger: Logger
 
     /// A ledger for `postgres://user:password@host:port/database[?sslmode=disable|prefer|require]`.
-    public init(url: String, logger: Logger) throws(ConfigurationError) {
+    public init(url: String, logger: Logger) throws(PeerCAError) {
         self.client = PostgresClient(configuration: try PostgresLedger.configuration(url), backgroundLogger: logger)
         self.logger = logger
     }
@@ -22,10 +25,10 @@ public final class PostgresLedger: CertificateLedger {
     /// Runs the connection pool until cancelled or shut down gracefully.
     public func run() async { await client.run() }
 
-    static func configuration(_ url: String) throws(ConfigurationError) -> PostgresClient.Configuration {
+    static func configuration(_ url: String) throws(PeerCAError) -> PostgresClient.Configuration {
         guard let components = URLComponents(string: url), let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme),
             let host = components.host, !host.isEmpty, let user = components.user
-        else { throw ConfigurationError(key: "store", "is not postgres://user:password@host:port/database") }
+        else { throw PeerCAError(.invalidSettings, "the store is not postgres://user:password@host:port/database") }
         let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         let tls: PostgresClient.Configuration.TLS
         switch components.queryItems?.last(where: { $0.name == "sslmode" })?.value ?? "prefer" {
@@ -97,7 +100,7 @@ public final class PostgresLedger: CertificateLedger {
         } catch {
             switch PostgresLedger.uniqueViolation(error) {
             case "token_uses_pkey"?: throw PeerCAError(.tokenReused, "this token (jti) was already used for a certificate")
-            case .some: throw PeerCAError(.ledger, LedgerConflict.serial)
+            case .some: throw PeerCAError(.serialExists, "serial \(entry.serial) is recorded already")
             case nil: throw PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
             }
         }

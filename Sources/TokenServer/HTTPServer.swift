@@ -8,7 +8,8 @@ import Metrics
 import NIOCore
 import NIOSSL
 import Prometheus
-import ServiceLifecycle
+public import ServiceLifecycle
+public import UnixSignals
 import TokenKit
 
 /// The HTTP service: Hummingbird 2 routes around a ``TokenService``.
@@ -104,11 +105,25 @@ public enum TokenHTTPServer {
         } else {
             server = http1
         }
-        return Application(
+        var application = Application(
             router: router(service), server: server,
             configuration: ApplicationConfiguration(address: .hostname(configuration.listen.host, port: configuration.listen.port), serverName: "tokentool"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? configuration.listen.port) },
             logger: logger)
+        // The ledger's tables exist before the first request (its pool runs in the same group).
+        application.beforeServerStarts { try await service.prepare() }
+        return application
+    }
+
+    /// Everything `tokentool serve` runs, as one `ServiceGroup`: the service's own services (a
+    /// PostgreSQL ledger's connection pool) first, then the HTTP application. Graceful shutdown
+    /// (on `signals`, or `triggerGracefulShutdown()`) stops the application first — requests in
+    /// flight finish — then the ledger. `onRunning` receives the bound port.
+    public static func serviceGroup(
+        _ service: TokenService, logger: Logger, signals: [UnixSignal] = [], onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws -> ServiceGroup {
+        let app = try application(service, logger: logger, onRunning: onRunning)
+        return ServiceGroup(configuration: .init(services: service.services + [app], gracefulShutdownSignals: signals, logger: logger))
     }
 }
 

@@ -6,14 +6,8 @@ import TokenKit
 
 /// A configured identity provider, ready to verify tokens.
 struct ProviderVerifier: Sendable {
-    enum Kind: Sendable {
-        case local(JWTVerifier)
-        case remote(RemoteJWTVerifier)
-        case pda(HATTokenVerifier)
-    }
-
     let name: String
-    let kind: Kind
+    let verifier: TokenSourceVerifier
     let permissions: ServerConfiguration.Permissions
     let permissionsClaim: String?
 
@@ -26,89 +20,88 @@ struct ProviderVerifier: Sendable {
     /// Verifies a token. Throws `TokenError` for an invalid token, `KeySourceError` when keys
     /// cannot be had.
     func verify(_ token: String) async throws -> Outcome {
-        switch kind {
-        case .local(let verifier):
-            let verified = try verifier.verify(token)
-            return Outcome(token: verified, userInfo: [:])
-        case .remote(let verifier):
-            return Outcome(token: try await verifier.verify(token), userInfo: [:])
-        case .pda(let verifier):
-            let (identity, verified) = try await verifier.verifyWithToken(token)
-            var info: [String: JSONValue] = ["pda": .string(identity.pdaHost)]
+        let verified = try await verifier.verify(token)
+        var info: [String: JSONValue] = [:]
+        if let identity = verified.hat {
+            info["pda"] = .string(identity.pdaHost)
             if let application = identity.application { info["application"] = .string(application) }
             if let version = identity.applicationVersion { info["applicationVersion"] = .string(version) }
-            return Outcome(token: verified, userInfo: info)
         }
+        return Outcome(token: verified.token, userInfo: info)
     }
 }
 
-/// Builds the providers of a configuration; owns the HTTP key fetchers they share.
+/// The providers of a configuration, built from ``PDAKeys/TokenVerifierDescription``s; owns the
+/// key stores (one per distinct fetch configuration) they share.
 struct ProviderSet: Sendable {
     let providers: [String: ProviderVerifier]
-    let fetchers: [HTTPKeyFetcher]
+    let stores: KeyStorePool
 
     static func build(_ configuration: ServerConfiguration, logger: Logging.Logger) throws -> ProviderSet {
-        var fetchers: [String: HTTPKeyFetcher] = [:]
-        var stores: [String: RemoteKeyStore] = [:]
-        func store(caFile: String?) throws -> RemoteKeyStore {
-            let key = caFile ?? ""
-            if let existing = stores[key] { return existing }
-            var fetch = KeyFetchConfiguration()
-            if let caFile { fetch.trustRoots = .pemFile(caFile) }
-            let fetcher = try HTTPKeyFetcher(configuration: fetch)
-            let created = RemoteKeyStore(fetcher: fetcher, logger: logger)
-            fetchers[key] = fetcher
-            stores[key] = created
-            return created
-        }
+        let stores = KeyStorePool(logger: logger)
         var providers: [String: ProviderVerifier] = [:]
         do {
             for (name, provider) in configuration.providers.sorted(by: { $0.key < $1.key }) {
                 let key = "providers.\(name)"
-                let policy = ClaimsPolicy(issuers: Set(provider.issuers ?? []), audiences: Set(provider.audiences ?? []))
-                let kind: ProviderVerifier.Kind
-                switch provider.type {
-                case "pda":
-                    var allowList = IssuerAllowList.hat
-                    if let domains = provider.allowedDomains {
-                        do throws(KeySourceError) { allowList = try IssuerAllowList(suffixes: domains) } catch {
-                            throw ConfigurationError(key: "\(key).allowedDomains", error.message)
-                        }
+                let description = try Self.description(provider, key: key)
+                let verifier: TokenSourceVerifier
+                do {
+                    verifier = try description.makeVerifier {
+                        var fetch = KeyFetchConfiguration()
+                        if let caFile = provider.caFile { fetch.trustRoots = .pemFile(caFile) }
+                        do throws(KeySourceError) { return try stores.store(for: fetch) } catch { throw ConfigurationError(key: "\(key).caFile", error.message) }
                     }
-                    kind = .pda(HATTokenVerifier(store: try store(caFile: provider.caFile), allowList: allowList, applications: provider.applications.map(Set.init)))
-                case "jwks":
-                    kind = .remote(RemoteJWTVerifier(source: .jwks(url: provider.url ?? ""), store: try store(caFile: provider.caFile), policy: policy))
-                case "oidc":
-                    kind = .remote(RemoteJWTVerifier(source: .oidc(issuer: provider.issuer ?? ""), store: try store(caFile: provider.caFile), policy: policy))
-                case "hs256":
-                    let path = provider.secretFile ?? ""
-                    try ConfigurationError.checkPrivate(path, key: "\(key).secretFile")
-                    guard let secret = FileManager.default.contents(atPath: path) else {
-                        throw ConfigurationError(key: "\(key).secretFile", "cannot read \(path)")
-                    }
-                    do { kind = .local(try JWTVerifier(key: try JWTKey.hmac(secret: Array(secret)), policy: policy)) } catch {
-                        throw ConfigurationError(key: "\(key).secretFile", error.message)
-                    }
-                default:  // pem
-                    let path = provider.keyFile ?? ""
-                    guard let contents = FileManager.default.contents(atPath: path) else {
-                        throw ConfigurationError(key: "\(key).keyFile", "cannot read \(path)")
-                    }
-                    do { kind = .local(try JWTVerifier(keys: try KeyFileContents(Array(contents)).keys.map(\.publicKey), policy: policy)) } catch {
-                        throw ConfigurationError(key: "\(key).keyFile", error.message)
-                    }
+                } catch let error as TokenError {  // keys in hand that cannot make a verifier
+                    throw ConfigurationError(key: provider.type == .hs256 ? "\(key).secretFile" : "\(key).keyFile", error.message)
                 }
                 providers[name] = ProviderVerifier(
-                    name: name, kind: kind, permissions: provider.permissions ?? .everything, permissionsClaim: provider.permissionsClaim)
+                    name: name, verifier: verifier, permissions: provider.permissions ?? .everything, permissionsClaim: provider.permissionsClaim)
             }
         } catch {
-            for fetcher in fetchers.values { Task { await fetcher.shutdown() } }
+            let pool = stores
+            Task { await pool.shutdown() }
             throw error
         }
-        return ProviderSet(providers: providers, fetchers: Array(fetchers.values))
+        return ProviderSet(providers: providers, stores: stores)
+    }
+
+    /// How one configured provider verifies tokens; errors name the configuration key.
+    static func description(_ provider: ServerConfiguration.Provider, key: String) throws -> TokenVerifierDescription {
+        let policy = ClaimsPolicy(issuers: Set(provider.issuers ?? []), audiences: Set(provider.audiences ?? []))
+        switch provider.type {
+        case .pda:
+            var allowList = IssuerAllowList.hat
+            if let domains = provider.allowedDomains {
+                do throws(KeySourceError) { allowList = try IssuerAllowList(suffixes: domains) } catch {
+                    throw ConfigurationError(key: "\(key).allowedDomains", error.message)
+                }
+            }
+            return TokenVerifierDescription(keys: .pda(allowList: allowList, applications: provider.applications.map(Set.init)))
+        case .jwks:
+            return TokenVerifierDescription(keys: .jwks(url: provider.url ?? ""), policy: policy)
+        case .oidc:
+            return TokenVerifierDescription(keys: .oidc(issuer: provider.issuer ?? ""), policy: policy)
+        case .hs256:
+            let path = provider.secretFile ?? ""
+            try ConfigurationError.checkPrivate(path, key: "\(key).secretFile")
+            guard let secret = FileManager.default.contents(atPath: path) else {
+                throw ConfigurationError(key: "\(key).secretFile", "cannot read \(path)")
+            }
+            do { return TokenVerifierDescription(keys: .local([try JWTKey.hmac(secret: Array(secret))]), policy: policy) } catch {
+                throw ConfigurationError(key: "\(key).secretFile", error.message)
+            }
+        case .pem:
+            let path = provider.keyFile ?? ""
+            guard let contents = FileManager.default.contents(atPath: path) else {
+                throw ConfigurationError(key: "\(key).keyFile", "cannot read \(path)")
+            }
+            do { return TokenVerifierDescription(keys: .local(try KeyFileContents(Array(contents)).keys.map(\.publicKey)), policy: policy) } catch {
+                throw ConfigurationError(key: "\(key).keyFile", error.message)
+            }
+        }
     }
 
     func shutdown() async {
-        for fetcher in fetchers { await fetcher.shutdown() }
+        await stores.shutdown()
     }
 }

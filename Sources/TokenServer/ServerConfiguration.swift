@@ -1,5 +1,5 @@
 public import Foundation
-import PeerCA
+public import PeerCA
 
 /// The service's configuration: one JSON file (`tokentool serve --config FILE`), or the embedded
 /// defaults (`tokentool serve`). Every problem found at start names the key it is about.
@@ -55,7 +55,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         /// Create a CA on first start if the directory holds none. Default true.
         public var createIfMissing: Bool? = true
         /// How often one token (`iss` + `jti`) may become a certificate: `unlimited` (default) or `once`.
-        public var tokenReuse: String?
+        public var tokenReuse: IssuancePolicy.TokenReuse?
     }
 
     public struct Limits: Sendable, Codable, Hashable {
@@ -88,10 +88,35 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public static let everything = Permissions(read: Permission(everything: true), write: Permission(everything: true))
     }
 
+    /// How a provider's keys are had.
+    public enum ProviderKind: String, Sendable, Codable, Hashable, CaseIterable {
+        /// HAT PDA application tokens: the key from `https://<iss>/publickey`.
+        case pda
+        /// A JWK Set URL.
+        case jwks
+        /// OpenID Connect discovery from an issuer URL.
+        case oidc
+        /// An HMAC secret in a file.
+        case hs256
+        /// A public key file (PEM, JWK or JWKS).
+        case pem
+
+        public init(from decoder: any Decoder) throws {
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let kind = ProviderKind(rawValue: text) else {
+                let names = ProviderKind.allCases.map(\.rawValue)
+                throw DecodingError.dataCorrupted(.init(
+                    codingPath: decoder.codingPath,
+                    debugDescription: "must be \(names.dropLast().joined(separator: ", ")) or \(names.last ?? "") (not \"\(text.prefix(40))\")"))
+            }
+            self = kind
+        }
+    }
+
     /// One identity provider the webhook accepts tokens from, by name.
     public struct Provider: Sendable, Codable, Hashable {
-        /// `pda`, `jwks`, `oidc`, `hs256` or `pem`.
-        public var type: String
+        /// How its keys are had: `pda`, `jwks`, `oidc`, `hs256` or `pem`.
+        public var type: ProviderKind
         /// pda: accepted DNS suffixes (default `.hubat.net`, `.hubofallthings.net`).
         public var allowedDomains: [String]?
         /// pda: accepted `application` values.
@@ -153,8 +178,10 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
             throw ConfigurationError(key: path(context.codingPath), "must be a \(type)")
         } catch let DecodingError.valueNotFound(type, context) {
             throw ConfigurationError(key: path(context.codingPath), "must be a \(type), not null")
+        } catch let DecodingError.dataCorrupted(context) where context.codingPath.isEmpty {
+            throw ConfigurationError(key: "", "is not valid JSON (\(context.debugDescription))")
         } catch let DecodingError.dataCorrupted(context) {
-            throw ConfigurationError(key: path(context.codingPath), "is not valid JSON (\(context.debugDescription))")
+            throw ConfigurationError(key: path(context.codingPath), context.debugDescription)
         } catch {
             throw ConfigurationError(key: "", "cannot be read: \(error)")
         }
@@ -170,8 +197,10 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public func validate() throws(ConfigurationError) {
         guard (0...65535).contains(listen.port) else { throw ConfigurationError(key: "listen.port", "must be 0-65535") }
         guard !listen.host.isEmpty else { throw ConfigurationError(key: "listen.host", "must not be empty") }
-        if let store, !(store.hasPrefix("sqlite:") || store.hasPrefix("postgres://") || store.hasPrefix("postgresql://")) {
-            throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://user:password@host:port/database")
+        if let store {
+            do throws(PeerCAError) { _ = try LedgerLocation(store) } catch {
+                throw ConfigurationError(key: "store", "must be sqlite:PATH or postgres://user:password@host:port/database")
+            }
         }
         if let maxBody = limits?.maxBodyBytes, !(1024...(16 << 20)).contains(maxBody) {
             throw ConfigurationError(key: "limits.maxBodyBytes", "must be 1024 to 16777216")
@@ -182,30 +211,25 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         if let maxExpiration = limits?.maxExpirationSeconds, !(60...(30 * 86_400)).contains(maxExpiration) {
             throw ConfigurationError(key: "limits.maxExpirationSeconds", "must be 60 to 2592000")
         }
-        if let reuse = ca?.tokenReuse, reuse != "once", reuse != "unlimited" {
-            throw ConfigurationError(key: "ca.tokenReuse", "must be once or unlimited")
-        }
         guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
         for (name, provider) in providers {
             let key = "providers.\(name)"
             guard !name.isEmpty, name.utf8.count <= 64 else { throw ConfigurationError(key: key, "provider names have 1 to 64 characters") }
             func require(_ value: Any?, _ field: String) throws(ConfigurationError) {
-                if value == nil { throw ConfigurationError(key: "\(key).\(field)", "is required for type \(provider.type)") }
+                if value == nil { throw ConfigurationError(key: "\(key).\(field)", "is required for type \(provider.type.rawValue)") }
             }
             switch provider.type {
-            case "pda": break
-            case "jwks":
+            case .pda: break
+            case .jwks:
                 try require(provider.url, "url")
                 try require(provider.issuers, "issuers")
-            case "oidc": try require(provider.issuer, "issuer")
-            case "hs256":
+            case .oidc: try require(provider.issuer, "issuer")
+            case .hs256:
                 try require(provider.secretFile, "secretFile")
                 try require(provider.issuers, "issuers")
-            case "pem":
+            case .pem:
                 try require(provider.keyFile, "keyFile")
                 try require(provider.issuers, "issuers")
-            default:
-                throw ConfigurationError(key: "\(key).type", "must be pda, jwks, oidc, hs256 or pem (not \"\(provider.type.prefix(40))\")")
             }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
         }
@@ -216,7 +240,10 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
     var stateDirectory: String { state ?? "tokentool-state" }
     var caDirectory: String { ca?.directory ?? (stateDirectory as NSString).appendingPathComponent("ca") }
-    var storeURL: String { store ?? "sqlite:" + (stateDirectory as NSString).appendingPathComponent("ledger.sqlite") }
+    /// The ledger: `store`, else `<state>/ledger.sqlite`. (`validate()` has checked `store`.)
+    var ledgerLocation: LedgerLocation {
+        store.flatMap { try? LedgerLocation($0) } ?? .sqlite(path: (stateDirectory as NSString).appendingPathComponent("ledger.sqlite"))
+    }
 }
 
 /// A configuration problem, naming the key it is about.
@@ -255,7 +282,7 @@ extension ServerConfiguration {
         configuration.listen = Listen(host: "127.0.0.1", port: port)
         configuration.ca = CA(directory: (state as NSString).appendingPathComponent("ca"), appID: "dev", passphraseEnv: nil, createIfMissing: true)
         configuration.providers = [
-            "dev": Provider(type: "hs256", secretFile: secret, issuers: [devIssuer]),
+            "dev": Provider(type: .hs256, secretFile: secret, issuers: [devIssuer]),
         ]
         return configuration
     }
@@ -268,7 +295,7 @@ extension ServerConfiguration {
 }
 
 extension ServerConfiguration.Provider {
-    init(type: String, secretFile: String? = nil, keyFile: String? = nil, url: String? = nil, issuer: String? = nil, issuers: [String]? = nil) {
+    init(type: ServerConfiguration.ProviderKind, secretFile: String? = nil, keyFile: String? = nil, url: String? = nil, issuer: String? = nil, issuers: [String]? = nil) {
         self.type = type
         self.secretFile = secretFile
         self.keyFile = keyFile

@@ -3,6 +3,8 @@ public import Logging
 import Metrics
 import PDAKeys
 public import PeerCA
+import PeerCAPostgres
+public import ServiceLifecycle
 import TokenKit
 
 /// What an endpoint answers: an HTTP status and a body.
@@ -32,19 +34,15 @@ public final class TokenService: Sendable {
     let appID: String?
 
     /// Loads (or creates, on first start) the CA, opens the ledger and builds the providers.
+    /// Run ``services`` (a PostgreSQL ledger's connection pool) while the service is in use and
+    /// call ``prepare()`` once they run; ``TokenHTTPServer/serviceGroup(_:logger:signals:onRunning:)``
+    /// does both.
     public static func start(configuration: ServerConfiguration, logger: Logger) async throws -> TokenService {
         try configuration.validate()
-        let authority = try CAStore.loadOrCreate(configuration, logger: logger)
-        let store = try await LedgerStore.open(configuration.storeURL, logger: logger)
-        var policy = try IssuancePolicy(appID: configuration.ca?.appID ?? "dev", provider: "webhook")
-        policy.maximumValidity = Double(configuration.maxExpirationSeconds)
-        policy.defaultTokenReuse = configuration.ca?.tokenReuse == "once" ? .oncePerTokenID : .unlimited
-        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: store.ledger)
-        let providers: ProviderSet
-        do { providers = try ProviderSet.build(configuration, logger: logger) } catch {
-            await store.close()
-            throw error
-        }
+        let (authority, settings) = try ServerCA.loadOrCreate(configuration, logger: logger)
+        let store = try LedgerStore.open(configuration.ledgerLocation, logger: logger)
+        let ca = PeerCertificateAuthority(authority: authority, policy: try settings.issuancePolicy(), ledger: store.ledger)
+        let providers = try ProviderSet.build(configuration, logger: logger)
         return TokenService(
             configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store)
     }
@@ -60,10 +58,17 @@ public final class TokenService: Sendable {
         self.store = store
     }
 
-    /// Closes the HTTP clients of remote providers and the ledger's connections.
+    /// What must run while the service is in use: the ledger's connection pool (PostgreSQL).
+    public var services: [any Service] { store.services }
+
+    /// Makes the ledger's tables if needed (PostgreSQL); needs ``services`` running.
+    public func prepare() async throws {
+        try await store.prepare()
+    }
+
+    /// Closes the HTTP clients of remote providers. (The ledger closes with its services.)
     public func shutdown() async {
         await providers.shutdown()
-        await store.close()
     }
 
     // MARK: Requests

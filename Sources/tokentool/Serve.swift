@@ -63,32 +63,73 @@ struct Serve: AsyncParsableCommand {
             throw CLIExit.usage("\(config ?? "defaults"): \(error)")
         }
         let started = AsyncStream<Int>.makeStream()
-        let app = try TokenHTTPServer.application(service, logger: logger) { port in
+        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, signals: [.sigterm, .sigint]) { port in
             started.continuation.yield(port)
             started.continuation.finish()
         }
-        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         let devToken = config == nil ? try Self.devToken(state: state) : nil
         let scheme = configuration.tls == nil ? "http" : "https"
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            guard let bound = await started.stream.first(where: { _ in true }) else { return }
-            let base = "\(scheme)://\(configuration.listen.host):\(bound)"
-            say("tokentool serve: listening on \(base) (CA root: GET \(base)/v1/ca)")
-            if let devToken {
-                say("try it:")
-                say("  curl -s -X POST \(base)/v1/auth -H 'content-type: application/json' -d '{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"\(devToken)\"}'")
-            }
-            if selfCheck {
-                do { try await Self.selfCheck(base: base, token: devToken, state: state) } catch {
-                    await group.triggerGracefulShutdown()
-                    throw error
+        let address = "\(configuration.listen.host):\(configuration.listen.port)"
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask {
+                    // The stream ends with the group, so a server that never binds does not leave
+                    // the wait below hanging (and the group's error, say EADDRINUSE, is thrown).
+                    defer { started.continuation.finish() }
+                    try await group.run()
                 }
-                await group.triggerGracefulShutdown()
+                guard let bound = await started.stream.first(where: { _ in true }) else {
+                    try await tasks.waitForAll()
+                    return
+                }
+                try await announceAndWait(bound: bound, scheme: scheme, configuration: configuration, devToken: devToken, group: group, tasks: &tasks)
             }
-            try await tasks.waitForAll()
+        } catch let error as IOError where Self.bindErrors.contains(error.errnoCode) {
+            await service.shutdown()
+            throw CLIExit(code: 2, message: Self.bindFailure(address: address, errno: error.errnoCode))
+        } catch {
+            await service.shutdown()
+            throw error
         }
         await service.shutdown()
+    }
+
+    /// The errors `bind` gives for an address this process cannot listen on.
+    static let bindErrors: Set<Int32> = [EADDRINUSE, EACCES, EADDRNOTAVAIL]
+
+    /// What to tell the operator when the listening address cannot be bound.
+    static func bindFailure(address: String, errno code: Int32) -> String {
+        switch code {
+        case EADDRINUSE:
+            return "tokentool serve: \(address) is already in use (another tokentool serve?). Stop what listens there, "
+                + "or choose another port with --port PORT (--port 0 picks a free one)."
+        case EACCES:
+            return "tokentool serve: not allowed to listen on \(address) (ports below 1024 need privileges); choose another port with --port PORT."
+        default:
+            return "tokentool serve: cannot listen on \(address): the host is not an address of this machine (listen.host)."
+        }
+    }
+
+    /// Prints where the server listens (and, on the embedded defaults, a curl line to try), runs
+    /// the self-check when asked, then waits for the server to stop.
+    func announceAndWait(
+        bound: Int, scheme: String, configuration: ServerConfiguration, devToken: String?, group: ServiceGroup,
+        tasks: inout ThrowingTaskGroup<Void, any Error>
+    ) async throws {
+        let base = "\(scheme)://\(configuration.listen.host):\(bound)"
+        say("tokentool serve: listening on \(base) (CA root: GET \(base)/v1/ca)")
+        if let devToken {
+            say("try it:")
+            say("  curl -s -X POST \(base)/v1/auth -H 'content-type: application/json' -d '{\"appID\":\"dev\",\"provider\":\"dev\",\"token\":\"\(devToken)\"}'")
+        }
+        if selfCheck {
+            do { try await Self.selfCheck(base: base, token: devToken, state: state) } catch {
+                await group.triggerGracefulShutdown()
+                throw error
+            }
+            await group.triggerGracefulShutdown()
+        }
+        try await tasks.waitForAll()
     }
 
     /// A token the `dev` provider accepts: HS256, iss tokentool-dev, one hour.

@@ -155,48 +155,38 @@ struct VerificationOptions: ParsableArguments {
             ignoresAudience: anyAud, requiredClaims: Set(require), expectedType: typ)
     }
 
+    /// The verifier these options describe. Key files are read here (exit 2 when they cannot be).
+    func description() throws -> TokenVerifierDescription {
+        let keys: TokenVerifierDescription.Keys
+        if pda {
+            keys = .pda(allowList: try remote.allowList, applications: application.isEmpty ? nil : Set(application))
+        } else if let oidc {
+            keys = .oidc(issuer: oidc)
+        } else if let jwks {
+            keys = .jwks(url: jwks)
+        } else if let key {
+            keys = .local(try Input.keys(path: key, algorithms: alg.isEmpty ? nil : Set(alg), kid: kid, allowInsecure: allowInsecureKeyFile))
+        } else {
+            let secret = try Input.secret(path: secretFile ?? "", encoding: secretEncoding, allowInsecure: allowInsecureKeyFile)
+            keys = .local([try JWTKey.hmac(secret: secret, algorithms: alg.isEmpty ? [.hs256] : Set(alg), kid: kid)])
+        }
+        return TokenVerifierDescription(keys: keys, policy: policy, engine: engine, clock: at.map { .fixed($0) } ?? .system)
+    }
+
     /// Verifies `text` with the keys and policy these options name. Throws a `CLIExit` (status 2)
     /// when keys cannot be had; an invalid token is the `.failure` of the result.
     func verify(_ text: String, json: Bool = false) async throws -> (Result<VerifiedToken, TokenError>, HATIdentity?) {
-        if pda || jwks != nil || oidc != nil { return try await verifyRemote(text, json: json) }
-        let algorithms = alg.isEmpty ? nil : Set(alg)
-        let keys: [JWTKey]
-        if let key {
-            keys = try Input.keys(path: key, algorithms: algorithms, kid: kid, allowInsecure: allowInsecureKeyFile)
-        } else if let secretFile {
-            let secret = try Input.secret(path: secretFile, encoding: secretEncoding, allowInsecure: allowInsecureKeyFile)
-            keys = [try JWTKey.hmac(secret: secret, algorithms: algorithms ?? [.hs256], kid: kid)]
-        } else {
-            keys = []
-        }
-        let clock = at.map { VerificationClock.fixed($0) } ?? .system
-        let verifier = try JWTVerifier(keys: keys, policy: policy, engine: engine, clock: clock)
-        return (Result { () throws(TokenError) in try verifier.verify(text) }, nil)
-    }
-
-    /// Verifies against keys fetched from a PDA, a JWKS URL or an OIDC issuer.
-    func verifyRemote(_ text: String, json: Bool) async throws -> (Result<VerifiedToken, TokenError>, HATIdentity?) {
-        let clock = at.map { VerificationClock.fixed($0) } ?? .system
-        let allowList = try remote.allowList
-        let outcome: Result<VerifiedToken, TokenError>
-        var identity: HATIdentity?
+        let description = try description()
+        let outcome: Result<TokenSourceVerifier.Verified, TokenError>
         do {
-            outcome = try await withFetcher(remote) { fetcher in
-                let store = remote.store(fetcher, clock: clock)
-                do {
-                    if pda {
-                        let hat = HATTokenVerifier(
-                            store: store, allowList: allowList, applications: application.isEmpty ? nil : Set(application),
-                            maximumAge: maxAge ?? HATTokenVerifier.thirtyDays, leeway: leeway)
-                        let (found, verified) = try await hat.verifyWithToken(text)
-                        identity = found
-                        return .success(verified)
-                    }
-                    let source: KeySource = oidc.map { .oidc(issuer: $0) } ?? .jwks(url: jwks ?? "")
-                    return .success(try await RemoteJWTVerifier(source: source, store: store, policy: policy, engine: engine).verify(text))
-                } catch let error as TokenError {
-                    return .failure(error)
+            if description.keys.isRemote {
+                outcome = try await withFetcher(remote) { fetcher in
+                    let verifier = try description.makeVerifier(store: remote.store(fetcher, clock: description.clock))
+                    return try await Self.result { try await verifier.verify(text) }
                 }
+            } else {
+                let verifier = try description.makeVerifier()
+                outcome = try await Self.result { try await verifier.verify(text) }
             }
         } catch let error as KeySourceError {
             if json {
@@ -204,7 +194,14 @@ struct VerificationOptions: ParsableArguments {
             }
             throw CLIExit(code: 2, message: "tokentool: cannot get the issuer's keys: \(error)")
         }
-        return (outcome, identity)
+        switch outcome {
+        case .success(let verified): return (.success(verified.token), verified.hat)
+        case .failure(let error): return (.failure(error), nil)
+        }
     }
 
+    /// An invalid token as a `.failure`; any other error thrown.
+    static func result<T>(_ body: () async throws -> T) async throws -> Result<T, TokenError> {
+        do { return .success(try await body()) } catch let error as TokenError { return .failure(error) }
+    }
 }

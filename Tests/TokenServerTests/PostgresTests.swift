@@ -16,7 +16,7 @@ struct PostgresTests {
     @Test func serialsReuseAndRevocationHoldAcrossInstances() async throws {
         let dir = try temporaryDirectory()
         let pgDir = dir.appendingPathComponent("pg").path
-        let started = try await runDetached(Self.script, ["start", pgDir, String(Int.random(in: 30_000...50_000))])
+        let started = try await runDetached(Self.script, ["start", pgDir])
         #expect(started.status == 0, "\(started.err)")
         let url = started.out.trimmingCharacters(in: .whitespacesAndNewlines)
         defer { _ = try? run(Self.script, ["stop", pgDir]) }
@@ -24,7 +24,7 @@ struct PostgresTests {
         let shared: @Sendable (inout ServerConfiguration) -> Void = { configuration in
             configuration.store = url
             configuration.ca?.directory = caDirectory
-            configuration.ca?.tokenReuse = "once"
+            configuration.ca?.tokenReuse = .oncePerTokenID
         }
         let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
         try await LiveServer.with(configure: shared) { first in

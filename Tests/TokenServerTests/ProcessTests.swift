@@ -40,9 +40,27 @@ struct ServeProcessTests {
         try crl.out.write(to: dir.appendingPathComponent("crl.pem"), atomically: true, encoding: .utf8)
         let text = try run(which("openssl") ?? URL(fileURLWithPath: "/usr/bin/openssl"), ["crl", "-in", "crl.pem", "-noout", "-text"], cwd: dir)
         #expect(text.out.uppercased().contains(serial.uppercased()), "\(text.out)\(text.err)")
-        // Without --store the CA directory's own (empty) ledger is used: nothing to revoke there.
-        let elsewhere = try run(tokentoolExecutable, ["ca", "revoke", "--dir", "tokentool-state/ca", serial], cwd: dir)
-        #expect(elsewhere.status != 0)
+        // Without --store, the ca.json that serve wrote leads the ca commands to the server's ledger.
+        #expect(FileManager.default.fileExists(atPath: dir.appendingPathComponent("tokentool-state/ca/ca.json").path))
+        let listed = try run(tokentoolExecutable, ["ca", "list", "--dir", "tokentool-state/ca"], cwd: dir)
+        #expect(listed.status == 0, "\(listed.err)")
+        #expect(listed.out.contains("\(serial)  revoked(keyCompromise)"), "\(listed.out)")
+        // And ca issue works on the CA serve made: a dev token becomes a certificate in the server's ledger.
+        let token = try run(tokentoolExecutable, [
+            "sign", "--secret-file", "tokentool-state/dev-hs256.secret", "--iss", "tokentool-dev", "--sub", "cli-user", "--expires-in", "600",
+        ], cwd: dir)
+        #expect(token.status == 0, "\(token.err)")
+        try token.out.write(to: dir.appendingPathComponent("token.jwt"), atomically: true, encoding: .utf8)
+        let csr = try run(tokentoolExecutable, ["csr", "--out", "device.key"], cwd: dir)
+        try csr.out.write(to: dir.appendingPathComponent("device.csr"), atomically: true, encoding: .utf8)
+        let issued = try run(tokentoolExecutable, [
+            "ca", "issue", "--dir", "tokentool-state/ca", "--csr", "device.csr", "--secret-file", "tokentool-state/dev-hs256.secret",
+            "--iss", "tokentool-dev", "token.jwt",
+        ], cwd: dir)
+        #expect(issued.status == 0, "\(issued.err)")
+        #expect(issued.err.contains("spiffe://dev/tokentool-dev/cli-user"), "\(issued.err)")
+        let withIssued = try run(tokentoolExecutable, ["ca", "list", "--dir", "tokentool-state/ca", "--store", "sqlite:tokentool-state/ledger.sqlite"], cwd: dir)
+        #expect(withIssued.out.contains("spiffe://dev/tokentool-dev/cli-user"), "\(withIssued.out)")
         let bad = try run(tokentoolExecutable, ["ca", "list", "--dir", "tokentool-state/ca", "--store", "mysql://x"], cwd: dir)
         #expect(bad.status == 2)
         #expect(bad.err.contains("--store"), "\(bad.err)")
@@ -54,6 +72,41 @@ struct ServeProcessTests {
         let result = try run(tokentoolExecutable, ["serve", "--config", "bad.json"], cwd: dir)
         #expect(result.status == 2)
         #expect(result.err.contains("providers.auth0.issuer"), "\(result.err)")
+    }
+
+    /// The port is taken: serve says which address and what to do, and exits 2 at once (it used to
+    /// print nothing and hang, deaf to SIGTERM).
+    @Test func aTakenPortIsReportedAndServeExits() throws {
+        let taken = try LoopbackListener()
+        let dir = try temporaryDirectory()
+        let result = try ServeProcess.runToEnd(["serve", "--port", String(taken.port)], in: dir, within: 30)
+        #expect(result.exited, "serve did not exit within 30 s: \(result.out)\(result.err)")
+        #expect(result.status == 2, "\(result.out)\(result.err)")
+        #expect(result.err.contains("127.0.0.1:\(taken.port) is already in use"), "\(result.err)")
+        #expect(result.err.contains("--port"), "\(result.err)")
+        #expect(!result.out.contains("listening on"), "\(result.out)")
+    }
+
+    /// SIGTERM and SIGINT stop serve at every stage of start-up: at once, while it makes its
+    /// development CA, and once it listens.
+    @Test(arguments: [SIGTERM, SIGINT], [0.0, 0.05, 0.3])
+    func aSignalDuringStartUpStopsServe(signal: Int32, after delay: Double) throws {
+        let dir = try temporaryDirectory()
+        let process = Process()
+        process.executableURL = tokentoolExecutable
+        process.arguments = ["serve", "--port", "0"]
+        process.currentDirectoryURL = dir
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        Thread.sleep(forTimeInterval: delay)
+        kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(20)
+        while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        let stopped = !process.isRunning
+        if !stopped { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        #expect(stopped, "serve ignored signal \(signal) sent \(delay) s after start")
     }
 
     @Test func sigtermShutsDownGracefully() async throws {
@@ -160,6 +213,58 @@ struct ServeProcess {
         }
         return ServeProcess(process: process, directory: dir, output: text)
     }
+}
+
+extension ServeProcess {
+    /// Runs tokentool to its end, or kills it after `seconds`: `exited` says which.
+    static func runToEnd(_ arguments: [String], in dir: URL, within seconds: Double) throws -> (exited: Bool, status: Int32, out: String, err: String) {
+        let process = Process()
+        process.executableURL = tokentoolExecutable
+        process.arguments = arguments
+        process.currentDirectoryURL = dir
+        let out = try temporaryDirectory().appendingPathComponent("out"), err = out.deletingLastPathComponent().appendingPathComponent("err")
+        FileManager.default.createFile(atPath: out.path, contents: nil)
+        FileManager.default.createFile(atPath: err.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = try FileHandle(forWritingTo: err)
+        try process.run()
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        let exited = !process.isRunning
+        if !exited { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return (exited, process.terminationStatus, try String(contentsOf: out, encoding: .utf8), try String(contentsOf: err, encoding: .utf8))
+    }
+}
+
+/// A socket listening on 127.0.0.1 at a port the OS picked: a port some other program holds.
+final class LoopbackListener {
+    let fd: Int32
+    let port: UInt16
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LoopbackSocket.Failure(call: "socket", errno: errno) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            let code = errno
+            close(fd)
+            throw LoopbackSocket.Failure(call: "bind", errno: code)
+        }
+        self.fd = fd
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    deinit { close(fd) }
 }
 
 /// A plain TCP connection to 127.0.0.1, for requests sent in pieces.

@@ -30,11 +30,10 @@ struct LiveServer {
         logger.logLevel = .warning
         let service = try await TokenService.start(configuration: configuration, logger: logger)
         let started = AsyncStream<Int>.makeStream()
-        let app = try TokenHTTPServer.application(service, logger: logger) { port in
+        let group = try TokenHTTPServer.serviceGroup(service, logger: logger) { port in
             started.continuation.yield(port)
             started.continuation.finish()
         }
-        let group = ServiceGroup(configuration: .init(services: [app], logger: logger))
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         let secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
         return try await withThrowingTaskGroup(of: T?.self) { tasks in

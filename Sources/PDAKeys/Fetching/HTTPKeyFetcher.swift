@@ -7,7 +7,7 @@ import NIOSSL
 import TokenKit
 
 /// How remote keys are fetched: timeouts, size cap, trust roots, and what is allowed.
-public struct KeyFetchConfiguration: Sendable {
+public struct KeyFetchConfiguration: Sendable, Hashable {
     /// Which certificate authorities a server's certificate must chain to.
     public enum TrustRoots: Sendable, Hashable {
         /// The system's trust store.

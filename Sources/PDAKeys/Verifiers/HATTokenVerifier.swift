@@ -82,16 +82,10 @@ public struct HATTokenVerifier: Sendable {
         do { host = try allowList.host(forIssuer: issuer) } catch {
             throw TokenError(.issuerMismatch, error.message)
         }
-        let source = KeySource.pda(host: host)
-        let keys = try await store.keys(for: source)
-        let first = Result { () throws(TokenError) in try verifier(issuer: issuer, keys: keys).verify(token) }
-        guard case .failure(let error) = first, error.code == .badSignature else {
-            let verified = try first.get()
-            return (try identity(verified, host: host), verified)
+        // The PDA may have rotated its key: a failed signature refetches (rate-limited) and tries once more.
+        let verified = try await store.withKeys(for: .pda(host: host), retryingOn: [.badSignature]) { keys throws(TokenError) in
+            try verifier(issuer: issuer, keys: keys).verify(token)
         }
-        // The PDA may have rotated its key: refetch (rate-limited) and try once more.
-        guard let newer = await store.refreshed(source, after: keys, reason: error.code.rawValue) else { throw error }
-        let verified = try verifier(issuer: issuer, keys: newer).verify(token)
         return (try identity(verified, host: host), verified)
     }
 

@@ -37,15 +37,9 @@ public struct RemoteJWTVerifier: Sendable {
     /// ``TokenKit/TokenError`` when the token is invalid, a ``KeySourceError`` when no keys could
     /// be had.
     public func verify(_ token: String) async throws -> VerifiedToken {
-        let keys = try await store.keys(for: source)
-        // (A typed `do throws(TokenError)` with a `catch where` in this async function crashes the
-        // Swift 6.3.1 SIL ownership verifier; Result says the same.)
-        let first = Result { () throws(TokenError) in try verifier(for: keys).verify(token) }
-        guard case .failure(let error) = first, error.code == .unknownKey || error.code == .badSignature else {
-            return try first.get()
+        try await store.withKeys(for: source, retryingOn: [.unknownKey, .badSignature]) { keys throws(TokenError) in
+            try verifier(for: keys).verify(token)
         }
-        guard let newer = await store.refreshed(source, after: keys, reason: error.code.rawValue) else { throw error }
-        return try verifier(for: newer).verify(token)
     }
 
     /// A ``TokenKit/JWTVerifier`` over one key set, built once per fetched generation.

@@ -51,8 +51,7 @@ public struct ValidatedCSR: Sendable {
         } catch let error as CertificateError where error.code == .unsupportedSignatureAlgorithm {
             throw PeerCAError(.unsupportedKey, "the CSR is signed with an unsupported algorithm (accepted: ECDSA with SHA-256/384/512, RSA PKCS#1 v1.5 with SHA-256/384/512, Ed25519)")
         } catch {
-            // swift-crypto refuses RSA keys under 2048 bits while the CSR is parsed.
-            if "\(error)".contains("incorrectParameterSize") {
+            if UpstreamErrors.isShortRSAKey(error) {
                 throw PeerCAError(.unsupportedKey, "the CSR's RSA key is shorter than 2048 bits")
             }
             throw PeerCAError(.invalidCSR, "the CSR is not a well-formed PKCS#10 request")

@@ -84,7 +84,7 @@ public final class PeerCertificateAuthority: Sendable {
                 notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes)
             do {
                 try await ledger.record(entry, claiming: use)
-            } catch where error.code == .ledger && error.message == LedgerConflict.serial {
+            } catch where error.code == .serialExists {
                 continue  // 2^-127 per draw; draw again
             }
             return IssuedCertificate(

@@ -76,8 +76,8 @@ public struct TokenUse: Sendable, Hashable {
 /// for several CA instances sharing one ledger.
 public protocol CertificateLedger: Sendable {
     /// Records a new certificate, and the token use when given, atomically. Throws
-    /// ``PeerCAError/Code/tokenReused`` when the use was recorded before, and a
-    /// ``LedgerConflict/serial`` error when the serial exists (the caller draws another).
+    /// ``PeerCAError/Code/tokenReused`` when the use was recorded before, and
+    /// ``PeerCAError/Code/serialExists`` when the serial exists (the caller draws another).
     func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError)
     /// The certificate with this serial (hex), if any.
     func entry(serial: String) async throws(PeerCAError) -> LedgerEntry?
@@ -92,9 +92,4 @@ public protocol CertificateLedger: Sendable {
     func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry]
     /// A new CRL number, larger than every one returned before.
     func nextCRLNumber() async throws(PeerCAError) -> Int64
-}
-
-/// The `message` a ledger uses for a serial that exists already.
-public enum LedgerConflict {
-    public static let serial = "serial exists"
 }

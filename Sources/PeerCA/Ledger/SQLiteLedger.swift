@@ -72,11 +72,11 @@ public final class SQLiteLedger: CertificateLedger {
                         sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)", arguments: [use.issuer, use.tokenID, entry.serial])
                 }
             }
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-            if error.message?.contains("token_uses") == true {
+        } catch let error as DatabaseError where UpstreamErrors.sqliteUniqueTable(error) != nil {
+            if UpstreamErrors.sqliteUniqueTable(error) == "token_uses" {
                 throw PeerCAError(.tokenReused, "this token (jti) was already used for a certificate")
             }
-            throw PeerCAError(.ledger, LedgerConflict.serial)
+            throw PeerCAError(.serialExists, "serial \(entry.serial) is recorded already")
         } catch {
             throw PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
         }

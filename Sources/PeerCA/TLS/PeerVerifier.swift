@@ -61,7 +61,7 @@ public struct PeerVerifier: Sendable {
             break
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
-            if reasons.contains(where: { $0.contains("revoked") }) {
+            if reasons.contains(PeerLeafPolicy.revokedReason) {
                 throw PeerCAError(.revoked, "the peer's certificate \(SerialNumbers.hex(leaf.serialNumber)) is revoked")
             }
             let detail = reasons.isEmpty ? "it does not chain to a trusted root" : reasons.joined(separator: "; ")
@@ -106,6 +106,10 @@ struct PeerLeafPolicy: VerifierPolicy {
         return uri
     }
 
+    /// The reason this policy gives for a revoked leaf; ``PeerVerifier`` maps it to
+    /// ``PeerCAError/Code/revoked`` (our own text, compared whole).
+    static let revokedReason = "the leaf is revoked"
+
     func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
         let leaf = chain.leaf
         if case .isCertificateAuthority? = try? leaf.extensions.basicConstraints {
@@ -125,7 +129,7 @@ struct PeerLeafPolicy: VerifierPolicy {
             return .failsToMeetPolicy(reason: "the leaf's trust domain is \(parts.trustDomain), not \(trustDomain)")
         }
         if let revocations, revocations.isRevoked(leaf.serialNumber) {
-            return .failsToMeetPolicy(reason: "the leaf is revoked")
+            return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason)
         }
         return .meetsPolicy
     }

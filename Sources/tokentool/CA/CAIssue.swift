@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import PeerCA
+import TokenKit
+
+struct CAIssue: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "issue",
+        abstract: "Verify a token, then issue a peer certificate for a CSR's key.",
+        discussion: """
+            The token is verified exactly as `tokentool verify` does (same key and policy options: \
+            --key, --jwks, --oidc, --pda, --iss, --aud, …). The CSR's self-signature must verify; its \
+            key must be P-256, P-384, Ed25519 or RSA ≥ 2048. The certificate's identity comes only \
+            from the token: CN = sub, URI SAN spiffe://<trust domain>/<issuer>/<sub>. It is recorded \
+            in the ledger before it is printed (leaf, then intermediate).
+
+            Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
+
+            Examples:
+              tokentool ca issue --dir ca --csr device.csr --key idp.pub --iss https://idp.example/ token.jwt > device.pem
+              tokentool ca issue --dir ca --csr device.csr --pda --validity 3600 hat-token.jwt
+            """)
+
+    @Option(help: "CA directory made by tokentool ca init.")
+    var dir: String
+
+    @Option(help: "The CSR file (PEM or DER).")
+    var csr: String
+
+    @Option(help: "Shorter certificate validity in seconds.")
+    var validity: Double?
+
+    @Flag(help: "Print a JSON object (serial, notAfter, SPIFFE ID, chain) instead of PEM.")
+    var json = false
+
+    @Argument(help: "The token, a file holding it, or - for standard input.")
+    var token: String?
+
+    @OptionGroup(title: "Token verification") var options: VerificationOptions
+
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
+    @OptionGroup(title: "Ledger") var store: StoreOption
+
+    func run() async throws {
+        let text = try Input.token(token)
+        try await CADeployment(directory: dir).withCA(
+            passphrase: passphrase, store: store.store, allowInsecure: options.allowInsecureKeyFile, issuing: true
+        ) { ca in
+            try await issue(text, with: ca)
+        }
+    }
+
+    func issue(_ text: String, with ca: PeerCertificateAuthority) async throws {
+        let request = try Input.read(csr)
+        let (outcome, _) = try await options.verify(text)
+        let verified: VerifiedToken
+        switch outcome {
+        case .success(let token): verified = token
+        case .failure(let error): throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
+        }
+        let issued: IssuedCertificate
+        do { issued = try await ca.issue(token: verified, csr: request, validity: validity) } catch {
+            let status: Int32 = [.policyViolation, .tokenExpired, .tokenReused].contains(error.code) ? 1 : 2
+            throw CLIExit(code: status, message: "REFUSED \(error.code.rawValue): \(error.message)")
+        }
+        if json {
+            Output.json(.object([
+                "serial": .string(issued.serial), "spiffeID": .string(issued.identity.spiffeID),
+                "notBefore": .string(ISO8601DateFormatter().string(from: issued.notBefore)),
+                "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "chain": .string(issued.chainPEM),
+            ]))
+        } else {
+            print(issued.chainPEM, terminator: "")
+        }
+        printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601DateFormatter().string(from: issued.notAfter))")
+    }
+}

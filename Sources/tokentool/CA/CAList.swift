@@ -1,0 +1,66 @@
+import ArgumentParser
+import Foundation
+import PeerCA
+import TokenKit
+
+struct CAList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List issued certificates from the ledger, newest first.",
+        discussion: """
+            Examples:
+              tokentool ca list --dir ca
+              tokentool ca list --dir ca --subject user-42
+              tokentool ca list --dir ca --json
+              tokentool ca list --dir tokentool-state/ca --store sqlite:tokentool-state/ledger.sqlite
+            """)
+
+    @Option(help: "CA directory.")
+    var dir: String
+
+    @OptionGroup(title: "CA key passphrase") var passphrase: PassphraseOptions
+
+    @Option(help: "Only certificates for this SPIFFE ID or CN.")
+    var subject: String?
+
+    @Option(help: "At most this many.")
+    var limit: Int = 100
+
+    @Flag(help: "One JSON array.")
+    var json = false
+
+    @OptionGroup(title: "Ledger") var store: StoreOption
+
+    func run() async throws {
+        let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
+            if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
+        }
+        let formatter = ISO8601DateFormatter()
+        if json {
+            Output.json(.array(entries.prefix(limit).map { entry in
+                var object: [String: JSONValue] = [
+                    "serial": .string(entry.serial), "subject": .string(entry.subject), "commonName": .string(entry.commonName),
+                    "tokenIssuer": .string(entry.tokenIssuer), "tokenSubject": .string(entry.tokenSubject),
+                    "keyFingerprint": .string(entry.keyFingerprint), "notBefore": .string(formatter.string(from: entry.notBefore)),
+                    "notAfter": .string(formatter.string(from: entry.notAfter)), "status": .string("valid"),
+                ]
+                if let id = entry.tokenID { object["tokenID"] = .string(id) }
+                if case .revoked(let at, let reason) = entry.status {
+                    object["status"] = .string("revoked")
+                    object["revokedAt"] = .string(formatter.string(from: at))
+                    object["reason"] = .string(reason.name)
+                }
+                return .object(object)
+            }))
+            return
+        }
+        for entry in entries.prefix(limit) {
+            let status: String
+            switch entry.status {
+            case .valid: status = entry.notAfter < Date() ? "expired" : "valid"
+            case .revoked(_, let reason): status = "revoked(\(reason.name))"
+            }
+            print("\(entry.serial)  \(status)  until \(formatter.string(from: entry.notAfter))  \(entry.subject)")
+        }
+    }
+}
