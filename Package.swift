@@ -170,6 +170,14 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "LedgerTests",
+            dependencies: [
+                "PeerCA", "PeerCAPostgres", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "PeerCATests",
             dependencies: [
                 "PeerCA", "TokenKit", "TestSupport",

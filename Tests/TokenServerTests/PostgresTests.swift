@@ -10,16 +10,12 @@ import TokenKit
 /// scripts/pgtest.sh, stopped after) and one CA directory.
 @Suite("Two instances, one PostgreSQL ledger", .serialized)
 struct PostgresTests {
-    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("scripts/pgtest.sh")
-
     @Test func serialsReuseAndRevocationHoldAcrossInstances() async throws {
+        try await withTestPostgres { url in try await twoInstances(url) }
+    }
+
+    func twoInstances(_ url: String) async throws {
         let dir = try temporaryDirectory()
-        let pgDir = dir.appendingPathComponent("pg").path
-        let started = try await runDetached(Self.script, ["start", pgDir])
-        #expect(started.status == 0, "\(started.err)")
-        let url = started.out.trimmingCharacters(in: .whitespacesAndNewlines)
-        defer { _ = try? run(Self.script, ["stop", pgDir]) }
         let caDirectory = dir.appendingPathComponent("ca").path
         let shared: @Sendable (inout ServerConfiguration) -> Void = { configuration in
             configuration.store = url
