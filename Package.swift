@@ -138,28 +138,29 @@ let package = Package(
         ),
         .target(
             name: "TestSupport",
+            dependencies: ["TokenKit"],
             path: "Tests/TestSupport",
+            exclude: ["keyserver.py"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "TokenKitTests",
-            dependencies: ["TokenKit", "PDAKeys", "PeerCA", "tokentool", "TestSupport"],
+            dependencies: ["TokenKit", "PDAKeys", "PeerCA", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "PDAKeysTests",
             dependencies: [
-                "PDAKeys", "TokenKit", "tokentool", "TestSupport",
+                "PDAKeys", "TokenKit", "TestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            exclude: ["keyserver.py"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "TokenServerTests",
             dependencies: [
-                "TokenServer", "PeerCA", "TokenKit", "TestSupport", "tokentool",
+                "TokenServer", "PeerCA", "TokenKit", "TestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -186,6 +187,13 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
+            swiftSettings: strictSettings
+        ),
+        // The CLI run as a process (tokentoolExecutable): the only test target that builds the
+        // tokentool executable: the library test targets do not depend on it.
+        .testTarget(
+            name: "tokentoolTests",
+            dependencies: ["tokentool", "TestSupport", "TokenKit", "PDAKeys", "PeerCA"],
             swiftSettings: strictSettings
         ),
     ],

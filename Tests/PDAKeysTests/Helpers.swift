@@ -1,41 +1,29 @@
 import Foundation
 @testable import PDAKeys
+import Synchronization
+import TestSupport
 import TokenKit
 
-/// Keys made once per test process (RSA generation is slow in debug builds).
-enum TestKeys {
-    static let rsa: JWTKey = make(.rsa(bits: 2048))
-    static let rsa2: JWTKey = make(.rsa(bits: 2048))
-    static let ec: JWTKey = make(.ec(.p256))
-
-    private static func make(_ spec: JWTKey.Spec) -> JWTKey {
-        do { return try JWTKey.generate(spec) } catch { fatalError("key generation failed: \(error)") }
-    }
-
-    static func publicPEM(_ key: JWTKey) -> String {
-        (try? key.publicPEM()) ?? ""
-    }
-
-    /// A JWK Set text holding the public halves of `keys`, with the given kids.
-    static func jwks(_ keys: [(JWTKey, String)]) throws -> String {
-        try JWKSet(keys: keys.map { $0.0.publicKey.with(kid: $0.1) }).jsonText()
-    }
+/// A clock the tests move by hand.
+final class ManualClock: Sendable {
+    private let seconds: Mutex<Double>
+    init(_ start: Double = 1_800_000_000) { seconds = Mutex(start) }
+    var now: Double { seconds.withLock { $0 } }
+    func advance(_ delta: Double) { seconds.withLock { $0 += delta } }
+    var verificationClock: VerificationClock { VerificationClock { [self] in now } }
 }
 
-/// The claims of a HAT application token issued `age` seconds before `now`.
-func hatClaims(iss: String, now: Double, age: Double = 60, lifetime: Double = 3600, application: String? = "my-app") -> [String: JSONValue] {
-    var claims: [String: JSONValue] = [
-        "iss": .string(iss), "sub": .string("user-\(iss.prefix(5))"), "applicationVersion": .string("1.2.3"),
-        "iat": .integer(Int(now - age)), "exp": .integer(Int(now - age + lifetime)), "jti": .string("jti-\(UUID().uuidString)"),
+/// A fetcher trusting the test CA, sending `*.hubat.net` and friends to loopback.
+func testFetcher(_ server: KeyServer, _ configure: (inout KeyFetchConfiguration) -> Void = { _ in }) throws -> HTTPKeyFetcher {
+    var configuration = KeyFetchConfiguration()
+    configuration.trustRoots = .pemFile(try TestPKI.shared.get().caFile)
+    configuration.pdaPort = server.port
+    configuration.hostOverrides = [
+        "alice.hubat.net": "127.0.0.1", "bob.hubofallthings.net": "127.0.0.1", "idp.test": "127.0.0.1", "mallory.hubat.net": "127.0.0.1",
     ]
-    if let application { claims["application"] = .string(application) }
-    return claims
-}
-
-func sign(_ claims: [String: JSONValue], with key: JWTKey, kid: String? = nil, header: [String: JSONValue] = [:]) throws -> String {
-    var header = header
-    if let kid { header["kid"] = .string(kid) }
-    return try JWTSigner(key: key, algorithm: key.algorithms.contains(.rs256) ? .rs256 : nil).sign(claims: claims, header: header)
+    configuration.totalTimeout = .seconds(5)
+    configure(&configuration)
+    return try HTTPKeyFetcher(configuration: configuration)
 }
 
 /// Runs `body` with a started server and a fetcher/store around it, and stops them after.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Metrics
 import MetricsTestKit
+import TestSupport
 import Testing
 @testable import PDAKeys
 import TokenKit

@@ -4,6 +4,7 @@ import NIOPosix
 import NIOSSL
 @testable import PeerCA
 import Synchronization
+import TestSupport
 import Testing
 import TokenKit
 import X509

@@ -1,5 +1,6 @@
 import Foundation
 @testable import PeerCA
+import TestSupport
 import Testing
 import TokenKit
 import X509

@@ -3,40 +3,6 @@ import Foundation
 import Testing
 @testable import TokenKit
 
-enum Fixtures {
-    /// The repository root (tests run from anywhere).
-    static let root: URL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    static let vectors = root.appendingPathComponent("TestVectors")
-
-    static func data(_ path: String) throws -> Data {
-        try Data(contentsOf: vectors.appendingPathComponent(path))
-    }
-
-    static func text(_ path: String) throws -> String {
-        String(decoding: try data(path), as: UTF8.self)
-    }
-
-    static func json(_ path: String) throws -> [String: Any] {
-        guard let object = try JSONSerialization.jsonObject(with: try data(path)) as? [String: Any] else {
-            throw FixtureError("\(path) is not a JSON object")
-        }
-        return object
-    }
-
-    /// A JSON object (from JSONSerialization) back to text, for APIs that take JSON text.
-    static func jsonText(_ object: Any) throws -> String {
-        String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self)
-    }
-
-    /// The `tokentool` executable built next to the test bundle.
-    static var tokentool: URL { tokentoolExecutable }
-}
-
-struct FixtureError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
 func hex(_ text: String) -> [UInt8] {
     var out: [UInt8] = []
     var chars = Array(text.utf8)

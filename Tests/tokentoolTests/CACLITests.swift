@@ -79,4 +79,24 @@ struct CACLITests {
             #expect(help.out.contains("Example") || help.out.contains("SUBCOMMANDS"), "\(command)")
         }
     }
+
+    /// `tokentool ca` with the issuer key encrypted under a passphrase file.
+    @Test func cliWithAPassphrase() throws {
+        let openssl = try OpenSSL()
+        let dir = openssl.dir
+        try openssl.write("pass.txt", "s3cret passphrase\n")
+        chmod(openssl.path("pass.txt"), 0o600)
+        let created = try run(tokentoolExecutable, ["ca", "init", "--dir", "ca", "--app-id", "app", "--passphrase-file", "pass.txt"], cwd: dir)
+        #expect(created.status == 0, "\(created.err)")
+        #expect(String(decoding: try openssl.read("ca/issuer.key"), as: UTF8.self).hasPrefix("-----BEGIN ENCRYPTED PRIVATE KEY-----"))
+        let without = try run(tokentoolExecutable, ["ca", "crl", "--dir", "ca"], cwd: dir)
+        #expect(without.status == 2)
+        #expect(without.err.contains("passphrase"))
+        let with = try run(tokentoolExecutable, ["ca", "crl", "--dir", "ca", "--passphrase-file", "pass.txt"], cwd: dir)
+        #expect(with.status == 0, "\(with.err)")
+        #expect(with.out.hasPrefix("-----BEGIN X509 CRL-----"))
+        // A passphrase file others can read is refused.
+        chmod(openssl.path("pass.txt"), 0o644)
+        #expect(try run(tokentoolExecutable, ["ca", "crl", "--dir", "ca", "--passphrase-file", "pass.txt"], cwd: dir).status == 2)
+    }
 }

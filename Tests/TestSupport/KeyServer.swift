@@ -1,11 +1,7 @@
-import Foundation
+public import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-import PDAKeys
-import TestSupport
-import Synchronization
-import TokenKit
 
 /// A test PKI made with the real `openssl` binary: a CA and a server certificate for
 /// `localhost`, `*.hubat.net`, `*.hubofallthings.net` and `idp.test`, and a second,
@@ -14,16 +10,16 @@ import TokenKit
 /// The server certificate has no IP address SAN on purpose: swift-nio-ssl accepts a certificate
 /// whose IP SAN matches the connected address even when another host name was asked for, which
 /// would hide a missing host-name check in these tests.
-struct TestPKI: Sendable {
-    let dir: URL
-    let caFile: String
-    let certFile: String
-    let keyFile: String
-    let otherCAFile: String
+public struct TestPKI: Sendable {
+    public let dir: URL
+    public let caFile: String
+    public let certFile: String
+    public let keyFile: String
+    public let otherCAFile: String
 
-    static let shared: Result<TestPKI, any Error> = Result { try TestPKI.make() }
+    public static let shared: Result<TestPKI, any Error> = Result { try TestPKI.make() }
 
-    static func make() throws -> TestPKI {
+    public static func make() throws -> TestPKI {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pdakeys-pki-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
@@ -52,7 +48,7 @@ struct TestPKI: Sendable {
         return TestPKI(dir: dir, caFile: path("ca.pem"), certFile: path("server.pem"), keyFile: path("server.key"), otherCAFile: path("other-ca.pem"))
     }
 
-    static func openssl(_ arguments: [String]) throws {
+    public static func openssl(_ arguments: [String]) throws {
         guard let openssl = which("openssl") else { throw TestFailure("openssl is not installed") }
         let result = try run(openssl, arguments)
         guard result.status == 0 else {
@@ -61,33 +57,43 @@ struct TestPKI: Sendable {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// One route of the test server (see keyserver.py).
-struct Route: Encodable {
-    var status = 200
-    var headers: [String: String] = [:]
-    var body = ""
-    var `repeat` = 1
-    var chunked = false
-    var delay = 0.0
-    var trickle = 0.0
+public struct Route: Encodable {
+    public var status = 200
+    public var headers: [String: String] = [:]
+    public var body = ""
+    public var `repeat` = 1
+    public var chunked = false
+    public var delay = 0.0
+    public var trickle = 0.0
+
+    public init(status: Int = 200, headers: [String: String] = [:], body: String = "", `repeat`: Int = 1, chunked: Bool = false, delay: Double = 0.0, trickle: Double = 0.0) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.repeat = `repeat`
+        self.chunked = chunked
+        self.delay = delay
+        self.trickle = trickle
+    }
 }
 
 /// The Python key server (keyserver.py) running on loopback, with TLS from ``TestPKI`` unless
 /// `plain`. Stopped by ``stop()`` (and when the test process exits, via its standard input).
-final class KeyServer: Sendable {
-    let port: Int
-    let dir: URL
+public final class KeyServer: Sendable {
+    public let port: Int
+    public let dir: URL
     private let process: Process
     private let stdin: Pipe
 
-    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("keyserver.py").path
+    public static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("keyserver.py").path
 
-    init(plain: Bool = false, routes: [String: Route] = [:]) throws {
+    public init(plain: Bool = false, routes: [String: Route] = [:]) throws {
         let pki = try TestPKI.shared.get()
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("keyserver-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -118,7 +124,7 @@ final class KeyServer: Sendable {
         self.port = port
     }
 
-    func setRoutes(_ routes: [String: Route]) throws { try KeyServer.write(routes, to: dir) }
+    public func setRoutes(_ routes: [String: Route]) throws { try KeyServer.write(routes, to: dir) }
 
     private static func write(_ routes: [String: Route], to dir: URL) throws {
         let data = try JSONEncoder().encode(routes)
@@ -131,14 +137,14 @@ final class KeyServer: Sendable {
     }
 
     /// The requests the server received so far, one line each: `GET <host><path> accept=<Accept>`.
-    var requests: [String] {
+    public var requests: [String] {
         let text = (try? String(contentsOf: dir.appendingPathComponent("requests.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map(String.init)
     }
 
-    func count(_ path: String) -> Int { requests.filter { $0.hasPrefix("GET ") && $0.contains(path) }.count }
+    public func count(_ path: String) -> Int { requests.filter { $0.hasPrefix("GET ") && $0.contains(path) }.count }
 
-    func stop() {
+    public func stop() {
         // The server exits when its standard input closes (a SIGTERM may be blocked: the test
         // runner's signal mask is inherited by the child).
         try? stdin.fileHandleForWriting.close()
@@ -146,27 +152,5 @@ final class KeyServer: Sendable {
         try? FileManager.default.removeItem(at: dir)
     }
 
-    var baseURL: String { "https://localhost:\(port)" }
-}
-
-/// A clock the tests move by hand.
-final class ManualClock: Sendable {
-    private let seconds: Mutex<Double>
-    init(_ start: Double = 1_800_000_000) { seconds = Mutex(start) }
-    var now: Double { seconds.withLock { $0 } }
-    func advance(_ delta: Double) { seconds.withLock { $0 += delta } }
-    var verificationClock: VerificationClock { VerificationClock { [self] in now } }
-}
-
-/// A fetcher trusting the test CA, sending `*.hubat.net` and friends to loopback.
-func testFetcher(_ server: KeyServer, _ configure: (inout KeyFetchConfiguration) -> Void = { _ in }) throws -> HTTPKeyFetcher {
-    var configuration = KeyFetchConfiguration()
-    configuration.trustRoots = .pemFile(try TestPKI.shared.get().caFile)
-    configuration.pdaPort = server.port
-    configuration.hostOverrides = [
-        "alice.hubat.net": "127.0.0.1", "bob.hubofallthings.net": "127.0.0.1", "idp.test": "127.0.0.1", "mallory.hubat.net": "127.0.0.1",
-    ]
-    configuration.totalTimeout = .seconds(5)
-    configure(&configuration)
-    return try HTTPKeyFetcher(configuration: configuration)
+    public var baseURL: String { "https://localhost:\(port)" }
 }
