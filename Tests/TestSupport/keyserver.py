@@ -14,7 +14,7 @@ routes.json: {"<host>/<path>" or "/<path>": {
 }}
 Unknown paths get 404. Prints "PORT <n>" on standard output once listening on 127.0.0.1.
 """
-import argparse, json, os, signal, ssl, sys, threading, time
+import argparse, json, os, signal, socket, ssl, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 parser = argparse.ArgumentParser()
@@ -70,9 +70,21 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+# What a client that gives up on us causes: the tests do that on purpose (a client that does not
+# trust the certificate and aborts the handshake, a timeout that closes the connection mid-body).
+EXPECTED_ERRORS = (ConnectionError, ssl.SSLError, socket.timeout)
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        # Called inside the except block that caught the handler's exception. Anything that is not
+        # a client going away still gets socketserver's "Exception occurred ... Traceback" report.
+        if isinstance(sys.exc_info()[1], EXPECTED_ERRORS):
+            return
+        super().handle_error(request, client_address)
 
 
 server = Server(("127.0.0.1", 0), Handler)
