@@ -13,10 +13,14 @@ import TokenServer
 /// status; an accepted decision or an issued certificate needs the valid token in the body's
 /// `token` member; an issued certificate names the token's identity.
 enum Fixture {
+    /// This process's scratch directory, holding `state`. Removed when the fuzzer exits (libFuzzer
+    /// calls exit() after -max_total_time or -runs); a crash (libFuzzer's _Exit) leaves it for a look.
+    static let directory = NSTemporaryDirectory() + "fuzz-webhook-\(getpid())"
     static let state: String = {
-        let path = NSTemporaryDirectory() + "fuzz-webhook-\(getpid())"
-        try? FileManager.default.removeItem(atPath: path)
-        return path + "/state"
+        try? FileManager.default.removeItem(atPath: directory)
+        // A C function pointer: captures nothing, reads the static.
+        atexit { try? FileManager.default.removeItem(atPath: Fixture.directory) }
+        return directory + "/state"
     }()
     static let service: TokenService = {
         let logger: Logger = {
