@@ -1,7 +1,7 @@
 /// The error PDAKeys throws when an issuer's keys cannot be had: the issuer is not allowed, the
 /// URL is unsafe, the server misbehaved, or what it sent is not a usable key.
 ///
-/// Token problems (bad signature, expired, …) stay ``TokenKit/TokenError``s; a remote verifier
+/// Token problems (bad signature, expired, …) stay `TokenError`s; a remote verifier
 /// throws one of the two. Messages name the source (host or URL) and what went wrong, never key
 /// material.
 public struct KeySourceError: Error, Sendable, Hashable, CustomStringConvertible {

@@ -3,7 +3,7 @@ public import PeerCA
 public import ServiceLifecycle
 import Foundation
 
-/// A ledger opened from its ``PeerCA/LedgerLocation``: an ``PeerCA/SQLiteLedger`` file or a
+/// A ledger opened from its `LedgerLocation`: an `SQLiteLedger` file or a
 /// ``PostgresLedger``. This is the one place that turns a store URL into a ledger; the server and
 /// the `tokentool ca` commands both open theirs here.
 ///

@@ -11,7 +11,7 @@ public import ServiceLifecycle
 ///
 /// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
 /// while the ledger is in use, and call ``migrate()`` once it runs. Its errors are
-/// ``PeerCA/PeerCAError``s; the URL's password never appears in them.
+/// `PeerCAError`s; the URL's password never appears in them.
 public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
     let logger: Logger

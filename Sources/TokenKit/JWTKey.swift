@@ -134,6 +134,7 @@ public struct JWTKey: Sendable, CustomStringConvertible {
     /// certificate (`CERTIFICATE`, its subject key). The first key-bearing block is used.
     ///
     /// - Parameters:
+    ///   - pem: the PEM text.
     ///   - algorithms: what the key may verify; by default RS256 for RSA, the curve's ES* for EC,
     ///     EdDSA for Ed25519.
     ///   - kid: the key ID tokens must name to select this key.

@@ -18,7 +18,11 @@ public struct JWTSigner: Sendable {
     public let key: JWTKey
     public let algorithm: JWTAlgorithm
 
-    /// - Parameter algorithm: one of the key's algorithms; may be omitted when the key has one.
+    /// A signer for `key`.
+    ///
+    /// - Parameters:
+    ///   - key: a private key or an HMAC secret.
+    ///   - algorithm: one of the key's algorithms; may be omitted when the key has one.
     public init(key: JWTKey, algorithm: JWTAlgorithm? = nil) throws(TokenError) {
         guard key.isPrivate else { throw TokenError(.privateKeyRequired, "signing needs a private key or secret; this is a public key") }
         if let algorithm {

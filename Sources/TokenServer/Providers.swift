@@ -31,7 +31,7 @@ struct ProviderVerifier: Sendable {
     }
 }
 
-/// The providers of a configuration, built from ``PDAKeys/TokenVerifierDescription``s; owns the
+/// The providers of a configuration, built from `TokenVerifierDescription`s; owns the
 /// key stores (one per distinct fetch configuration) they share.
 struct ProviderSet: Sendable {
     let providers: [String: ProviderVerifier]

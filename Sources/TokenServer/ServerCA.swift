@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import PeerCA
 
-/// The server's CA, as a ``PeerCA/CADeployment``: loaded from the configured directory, or made
+/// The server's CA, as a `CADeployment`: loaded from the configured directory, or made
 /// there as a development CA on first start. Its `ca.json` states the server's settings (app ID,
 /// validity, token reuse, and the store as an absolute URL), so every `tokentool ca` command works
 /// on it and reaches the server's ledger.

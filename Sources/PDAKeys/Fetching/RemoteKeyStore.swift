@@ -159,7 +159,7 @@ public final class RemoteKeyStore: Sendable {
     /// Runs `attempt` with the keys of `source`; when it fails with one of `retryingOn` (an
     /// unknown `kid`, a signature that does not verify: the issuer may have rotated its keys), asks
     /// for newer keys (``refreshed(_:after:reason:)``, rate-limited) and runs it once more with
-    /// them. Throws ``KeySourceError`` when no keys can be had, else `attempt`'s ``TokenKit/TokenError``.
+    /// them. Throws ``KeySourceError`` when no keys can be had, else `attempt`'s `TokenError`.
     public func withKeys<T>(
         for source: KeySource, retryingOn codes: Set<TokenError.Code>, _ attempt: (RemoteKeySet) throws(TokenError) -> T
     ) async throws -> T {

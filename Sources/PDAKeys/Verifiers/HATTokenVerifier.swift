@@ -69,7 +69,7 @@ public struct HATTokenVerifier: Sendable {
         self.maxTokenBytes = maxTokenBytes
     }
 
-    /// Verifies a HAT token. Throws a ``TokenKit/TokenError`` for an invalid token (including a
+    /// Verifies a HAT token. Throws a `TokenError` for an invalid token (including a
     /// refused `iss`, as `.issuerMismatch`), a ``KeySourceError`` when the PDA's key cannot be had.
     public func verify(_ token: String) async throws -> HATIdentity {
         try await verifyWithToken(token).identity

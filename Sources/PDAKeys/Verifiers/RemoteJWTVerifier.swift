@@ -3,7 +3,7 @@ public import TokenKit
 /// Verifies JWTs with keys an issuer publishes (JWKS URL, OpenID Connect discovery, or one PDA),
 /// fetched and cached by a shared ``RemoteKeyStore``.
 ///
-/// Everything ``TokenKit/JWTVerifier`` checks is checked the same way; the keys decide the
+/// Everything `JWTVerifier` checks is checked the same way; the keys decide the
 /// algorithms. When a token names an unknown `kid` or its signature fails, the store is asked
 /// for newer keys (rate-limited by its cooldown) and the token is tried once more.
 ///
@@ -34,7 +34,7 @@ public struct RemoteJWTVerifier: Sendable {
     }
 
     /// Verifies `token` against the source's current keys (fetching them if needed). Throws a
-    /// ``TokenKit/TokenError`` when the token is invalid, a ``KeySourceError`` when no keys could
+    /// `TokenError` when the token is invalid, a ``KeySourceError`` when no keys could
     /// be had.
     public func verify(_ token: String) async throws -> VerifiedToken {
         try await store.withKeys(for: source, retryingOn: [.unknownKey, .badSignature]) { keys throws(TokenError) in
@@ -42,7 +42,7 @@ public struct RemoteJWTVerifier: Sendable {
         }
     }
 
-    /// A ``TokenKit/JWTVerifier`` over one key set, built once per fetched generation.
+    /// A `JWTVerifier` over one key set, built once per fetched generation.
     func verifier(for keys: RemoteKeySet) throws(TokenError) -> JWTVerifier {
         if let cached = built.get(issuer: "", generation: keys.generation) { return cached }
         let verifier = try JWTVerifier(keys: keys.keys, policy: policy, engine: engine, clock: store.clock)

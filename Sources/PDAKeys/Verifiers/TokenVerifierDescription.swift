@@ -48,8 +48,9 @@ public struct TokenVerifierDescription: Sendable {
         self.clock = clock
     }
 
-    /// Builds the verifier. `store` is asked for only when the keys are fetched.
-    public func makeVerifier(store: () throws -> RemoteKeyStore) throws -> TokenSourceVerifier {
+    /// Builds the verifier; `storeProvider` is asked for a key store only when the keys are
+    /// fetched (so a configuration can make stores lazily, one per fetch configuration).
+    public func makeVerifier(storeProvider store: () throws -> RemoteKeyStore) throws -> TokenSourceVerifier {
         switch keys {
         case .local(let keys):
             return TokenSourceVerifier(.local(try JWTVerifier(keys: keys, policy: policy, engine: engine, clock: clock)))
@@ -64,12 +65,12 @@ public struct TokenVerifierDescription: Sendable {
         }
     }
 
-    /// ``makeVerifier(store:)`` with a store in hand.
+    /// Builds the verifier with `store` for fetched keys (nil is fine for keys in hand).
     public func makeVerifier(store: RemoteKeyStore? = nil) throws -> TokenSourceVerifier {
-        try makeVerifier {
+        try makeVerifier(storeProvider: {
             guard let store else { throw KeySourceError(.noKeyStore, "keys from \\(keys) are fetched, so the verifier needs a key store") }
             return store
-        }
+        })
     }
 }
 
@@ -93,7 +94,7 @@ public struct TokenSourceVerifier: Sendable {
         public let hat: HATIdentity?
     }
 
-    /// Verifies `token`. Throws a ``TokenKit/TokenError`` for an invalid token, a
+    /// Verifies `token`. Throws a `TokenError` for an invalid token, a
     /// ``KeySourceError`` when the keys cannot be had.
     public func verify(_ token: String) async throws -> Verified {
         switch kind {

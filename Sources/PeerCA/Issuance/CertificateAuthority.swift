@@ -8,7 +8,7 @@ public import X509
 ///
 /// A CA is a self-signed root, and optionally an intermediate that does the issuing so the root
 /// key can stay offline. ``create(name:algorithm:withIntermediate:rootValidity:intermediateValidity:now:)``
-/// makes new material; ``init(rootPEM:issuerCertificatePEM:issuerKeyPEM:)`` loads existing PEM.
+/// makes new material; ``init(rootPEM:issuerCertificatePEM:issuerKeyPEM:passphrase:)`` loads existing PEM.
 ///
 /// ```swift
 /// let material = try CertificateAuthority.create(name: "Example devices", algorithm: .p256, withIntermediate: true)

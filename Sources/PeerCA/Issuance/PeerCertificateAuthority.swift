@@ -47,7 +47,10 @@ public final class PeerCertificateAuthority: Sendable {
 
     /// Issues a certificate for the key in `csr` (PEM or DER) to the identity `token` establishes.
     ///
-    /// - Parameter validity: a shorter lifetime than the policy allows, in seconds.
+    /// - Parameters:
+    ///   - token: the verified token the identity comes from.
+    ///   - csr: the device's PKCS#10 request, PEM or DER.
+    ///   - validity: a shorter lifetime than the policy allows, in seconds.
     public func issue(token: VerifiedToken, csr: [UInt8], validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
         let request = try ValidatedCSR(csr)
         return try await issue(token: token, csr: request, validity: validity)
