@@ -7,7 +7,7 @@ public import Logging
 import Metrics
 import NIOCore
 import NIOSSL
-import Prometheus
+public import Prometheus
 public import ServiceLifecycle
 public import UnixSignals
 import TokenKit
@@ -22,18 +22,18 @@ import TokenKit
 /// | `GET /v1/crl` | a signed CRL (DER) |
 /// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
 /// | `GET /healthz` | `ok` |
-/// | `GET /metrics` | Prometheus text |
+/// | `GET /metrics` | Prometheus text (when the program gives a registry) |
 public enum TokenHTTPServer {
-    /// The Prometheus registry `/metrics` shows; bootstrapped into swift-metrics once per process.
-    static let registry: PrometheusCollectorRegistry = {
-        let registry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        return registry
-    }()
+    /// The router with every endpoint, each request counted (`tokenserver_requests_total`, by
+    /// endpoint and status). `/metrics` shows `metrics` (the registry the program bootstrapped
+    /// swift-metrics with: `MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))`);
+    /// without one it answers 404. Give it to Hummingbird's `Application(router:)`.
+    public static func router(_ service: TokenService, metrics: PrometheusCollectorRegistry? = nil) -> CountedRouter {
+        router(service, metrics: metrics, metricsFactory: MetricsSystem.factory)
+    }
 
-    /// The router with every endpoint.
-    public static func router(_ service: TokenService) -> Router<BasicRequestContext> {
-        _ = registry
+    /// ``router(_:metrics:)`` whose request counts go to `metricsFactory` (tests give their own).
+    static func router(_ service: TokenService, metrics: PrometheusCollectorRegistry?, metricsFactory: any MetricsFactory) -> CountedRouter {
         let router = Router()
         let maxBody = service.configuration.maxBodyBytes
         let timeout = Duration.milliseconds(Int64(service.configuration.requestTimeout * 1000))
@@ -56,10 +56,12 @@ public enum TokenHTTPServer {
         router.get("/healthz") { _, _ -> Response in
             ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)).http
         }
-        router.get("/metrics") { _, _ -> Response in
-            ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer()).http
+        if let metrics {
+            router.get("/metrics") { _, _ -> Response in
+                ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http
+            }
         }
-        return router
+        return CountedRouter(router: router, counters: RequestCounters(factory: metricsFactory))
     }
 
     static func collect(_ request: Request, upTo limit: Int) async throws -> [UInt8] {
@@ -87,7 +89,8 @@ public enum TokenHTTPServer {
     /// An application listening where the configuration says (HTTPS when `tls` is set);
     /// `onRunning` receives the bound port.
     public static func application(
-        _ service: TokenService, logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        _ service: TokenService, logger: Logger, metrics: PrometheusCollectorRegistry? = nil,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
         let configuration = service.configuration
         let server: HTTPServerBuilder
@@ -106,7 +109,7 @@ public enum TokenHTTPServer {
             server = http1
         }
         var application = Application(
-            router: router(service), server: server,
+            router: router(service, metrics: metrics), server: server,
             configuration: ApplicationConfiguration(address: .hostname(configuration.listen.host, port: configuration.listen.port), serverName: "tokentool"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? configuration.listen.port) },
             logger: logger)
@@ -118,11 +121,13 @@ public enum TokenHTTPServer {
     /// Everything `tokentool serve` runs, as one `ServiceGroup`: the service's own services (a
     /// PostgreSQL ledger's connection pool) first, then the HTTP application. Graceful shutdown
     /// (on `signals`, or `triggerGracefulShutdown()`) stops the application first — requests in
-    /// flight finish — then the ledger. `onRunning` receives the bound port.
+    /// flight finish — then the ledger. `metrics` is what `/metrics` shows (see
+    /// ``router(_:metrics:)``); `onRunning` receives the bound port.
     public static func serviceGroup(
-        _ service: TokenService, logger: Logger, signals: [UnixSignal] = [], onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        _ service: TokenService, logger: Logger, signals: [UnixSignal] = [], metrics: PrometheusCollectorRegistry? = nil,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> ServiceGroup {
-        let app = try application(service, logger: logger, onRunning: onRunning)
+        let app = try application(service, logger: logger, metrics: metrics, onRunning: onRunning)
         return ServiceGroup(configuration: .init(services: service.services + [app], gracefulShutdownSignals: signals, logger: logger))
     }
 }

@@ -105,14 +105,14 @@ public final class TokenService: Sendable {
     public func authenticate(_ body: [UInt8]) async -> ServiceResponse {
         let request: Request
         switch parse(body, needs: ["provider", "token"]) {
-        case .failure(let error): return count("auth", error.response)
+        case .failure(let error): return error.response
         case .success(let parsed): request = parsed
         }
         let outcome: ProviderVerifier.Outcome
         do {
             outcome = try await request.provider.verify(request.token)
         } catch {
-            return count("auth", refusal(error, provider: request.providerName))
+            return refusal(error, provider: request.providerName)
         }
         let now = Date().timeIntervalSince1970
         let expiration = outcome.token.claims.expiration ?? (now + Double(configuration.maxExpirationSeconds))
@@ -129,7 +129,7 @@ public final class TokenService: Sendable {
             "userInfo": .object(userInfo),
         ])
         Counter(label: "tokenserver_auth_decisions_total", dimensions: [("provider", request.providerName), ("result", "accepted")]).increment()
-        return count("auth", .json(200, response))
+        return .json(200, response)
     }
 
     func permissions(_ provider: ProviderVerifier, _ claims: [String: JSONValue]) -> JSONValue {
@@ -165,26 +165,26 @@ public final class TokenService: Sendable {
     public func issueCertificate(_ body: [UInt8]) async -> ServiceResponse {
         let request: Request
         switch parse(body, needs: ["provider", "token", "csr"]) {
-        case .failure(let error): return count("certificates", error.response)
+        case .failure(let error): return error.response
         case .success(let parsed): request = parsed
         }
         let outcome: ProviderVerifier.Outcome
         do {
             outcome = try await request.provider.verify(request.token)
         } catch let error as TokenError {
-            return count("certificates", .error(401, error.code.rawValue, error.message))
+            return .error(401, error.code.rawValue, error.message)
         } catch {
-            return count("certificates", .error(503, "keys_unavailable", "the provider's keys cannot be fetched now"))
+            return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
         }
         let csr = Array((request.object["csr"]?.stringValue ?? "").utf8)
         do {
             let validity = request.object["validitySeconds"]?.doubleValue
             let issued = try await ca.issue(token: outcome.token, csr: csr, validity: validity)
             Counter(label: "tokenserver_certificates_issued_total", dimensions: [("provider", request.providerName)]).increment()
-            return count("certificates", .json(200, .object([
+            return .json(200, .object([
                 "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
                 "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "spiffeID": .string(issued.identity.spiffeID),
-            ])))
+            ]))
         } catch {
             let status: Int
             switch error.code {
@@ -194,7 +194,7 @@ public final class TokenService: Sendable {
                 logger.error("issuance failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
                 status = 500
             }
-            return count("certificates", .error(status, error.code.rawValue, error.message))
+            return .error(status, error.code.rawValue, error.message)
         }
     }
 
@@ -214,10 +214,6 @@ public final class TokenService: Sendable {
         ServiceResponse(status: 200, contentType: "application/ocsp-response", body: await ca.ocspResponse(for: body))
     }
 
-    func count(_ endpoint: String, _ response: ServiceResponse) -> ServiceResponse {
-        Counter(label: "tokenserver_requests_total", dimensions: [("endpoint", endpoint), ("status", String(response.status))]).increment()
-        return response
-    }
 }
 
 struct ServiceResponseError: Error {

@@ -4,6 +4,8 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Metrics
+import Prometheus
 import PeerCA
 import ServiceLifecycle
 import TokenKit
@@ -63,7 +65,10 @@ struct Serve: AsyncParsableCommand {
             throw CLIExit.usage("\(config ?? "defaults"): \(error)")
         }
         let started = AsyncStream<Int>.makeStream()
-        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, signals: [.sigterm, .sigint]) { port in
+        // The process's metrics go to one Prometheus registry, which GET /metrics shows.
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, signals: [.sigterm, .sigint], metrics: registry) { port in
             started.continuation.yield(port)
             started.continuation.finish()
         }

@@ -4,12 +4,24 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Metrics
+import Prometheus
 import PeerCA
 import ServiceLifecycle
 import TestSupport
 import Testing
 import TokenKit
 @testable import TokenServer
+
+/// The test process's one Prometheus registry: swift-metrics is bootstrapped with it on first use
+/// (once per process, as `tokentool serve` does at start).
+enum ProcessMetrics {
+    static let registry: PrometheusCollectorRegistry = {
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        return registry
+    }()
+}
 
 /// A running server on loopback (real sockets), with a client and an openssl scratch directory.
 struct LiveServer {
@@ -30,11 +42,14 @@ struct LiveServer {
         logger.logLevel = .warning
         let service = try await TokenService.start(configuration: configuration, logger: logger)
         let started = AsyncStream<Int>.makeStream()
-        let group = try TokenHTTPServer.serviceGroup(service, logger: logger) { port in
+        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, metrics: ProcessMetrics.registry) { port in
             started.continuation.yield(port)
             started.continuation.finish()
         }
-        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
+        // Generous timeouts: the PostgreSQL test queues 80 requests behind the pool's connections,
+        // and a loaded machine must not turn that wait into a failure.
+        let client = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: .init(timeout: .init(connect: .seconds(60), read: .seconds(60))))
         let secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
             tasks.addTask { try await group.run(); return nil }

@@ -1,0 +1,70 @@
+import Foundation
+import HTTPTypes
+public import Hummingbird
+import Metrics
+import Synchronization
+
+/// The service's router with every request counted once, in `tokenserver_requests_total` with
+/// the dimensions `endpoint` (`auth`, `certificates`, `ca`, `crl`, `ocsp`, `healthz`, `metrics`;
+/// `unknown` for a path no route serves) and `status`. It wraps the whole router rather than
+/// sitting in it as a middleware, because a router's middleware never sees a request that matches
+/// no route. Handlers count only what is theirs to know (decisions, certificates issued).
+public struct CountedRouter: HTTPResponderBuilder {
+    let router: Router<BasicRequestContext>
+    let counters: RequestCounters
+
+    public func buildResponder() -> CountingResponder {
+        CountingResponder(inner: router.buildResponder(), counters: counters)
+    }
+}
+
+/// The responder of a ``CountedRouter``.
+public struct CountingResponder: HTTPResponder {
+    public typealias Context = BasicRequestContext
+    let inner: RouterResponder<BasicRequestContext>
+    let counters: RequestCounters
+
+    public func respond(to request: Request, context: Context) async throws -> Response {
+        let endpoint = RequestCounters.endpoints[request.uri.path] ?? "unknown"
+        do {
+            let response = try await inner.respond(to: request, context: context)
+            counters.counter(endpoint: endpoint, status: response.status.code).increment()
+            return response
+        } catch {
+            counters.counter(endpoint: endpoint, status: (error as? any HTTPResponseError)?.status.code ?? 500).increment()
+            throw error
+        }
+    }
+}
+
+/// The request counters, made once per (endpoint, status) and kept, so a request costs a
+/// dictionary lookup under a lock, not a lookup in the metrics factory.
+final class RequestCounters: Sendable {
+    static let label = "tokenserver_requests_total"
+
+    /// The endpoint dimension of each path the service serves.
+    static let endpoints = [
+        "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/ca": "ca", "/v1/crl": "crl", "/v1/ocsp": "ocsp",
+        "/healthz": "healthz", "/metrics": "metrics",
+    ]
+
+    private struct Key: Hashable {
+        let endpoint: String
+        let status: Int
+    }
+    private let counters = Mutex<[Key: Counter]>([:])
+    private let factory: any MetricsFactory
+
+    /// Counts with `factory` (the bootstrapped metrics system by default).
+    init(factory: any MetricsFactory = MetricsSystem.factory) { self.factory = factory }
+
+    func counter(endpoint: String, status: Int) -> Counter {
+        counters.withLock { counters in
+            let key = Key(endpoint: endpoint, status: status)
+            if let counter = counters[key] { return counter }
+            let counter = Counter(label: RequestCounters.label, dimensions: [("endpoint", endpoint), ("status", String(status))], factory: factory)
+            counters[key] = counter
+            return counter
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import MetricsTestKit
+import NIOCore
+import TestSupport
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// The service's routes in process (HummingbirdTesting's router mode: no socket), beside the live
+/// tests over loopback in ServerTests.
+@Suite("Routes in process")
+struct RouterTests {
+    struct Fixture {
+        let service: TokenService
+        let secret: [UInt8]
+
+        init() async throws {
+            let state = try temporaryDirectory()
+            var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+            configuration.limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
+            service = try await TokenService.start(configuration: configuration, logger: Logger(label: "router-tests"))
+            secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
+        }
+
+        func token(issuer: String = ServerConfiguration.devIssuer) throws -> String {
+            let now = Int(Date().timeIntervalSince1970)
+            return try JWTSigner(key: try JWTKey.hmac(secret: secret)).sign(claims: [
+                "iss": .string(issuer), "sub": .string("router-user"), "iat": .integer(now), "exp": .integer(now + 600),
+            ])
+        }
+
+        func body(_ object: [String: JSONValue]) -> ByteBuffer { ByteBuffer(string: JSONValue.object(object).compactText) }
+    }
+
+    static func json(_ response: TestResponse) throws -> [String: JSONValue] {
+        try JSONValue.parse(Array(response.body.readableBytesView)).objectValue ?? [:]
+    }
+
+    @Test func webhookAcceptsRefusesAndRejects() async throws {
+        let fixture = try await Fixture()
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
+        try await app.test(.router) { client in
+            let accepted = try await client.execute(
+                uri: "/v1/auth", method: .post, body: fixture.body(["appID": .string("dev"), "provider": .string("dev"), "token": .string(try fixture.token())]))
+            #expect(accepted.status == .ok)
+            #expect(try Self.json(accepted)["authenticate"] == .bool(true))
+            #expect(try Self.json(accepted)["userID"] == .string("router-user"))
+
+            let refused = try await client.execute(
+                uri: "/v1/auth", method: .post, body: fixture.body(["provider": .string("dev"), "token": .string(try fixture.token(issuer: "someone-else"))]))
+            #expect(refused.status == .ok)
+            let refusal = try Self.json(refused)
+            #expect(refusal["authenticate"] == .bool(false))
+            #expect(refusal["error"]?.objectValue?["code"] == .string("issuer_mismatch"), "\(refusal)")
+
+            let malformed = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(string: "[1,2"))
+            #expect(malformed.status == .badRequest)
+            #expect(try Self.json(malformed)["error"]?.objectValue?["code"] == .string("invalid_request"))
+
+            let tooLarge = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: UInt8(ascii: "x"), count: 5000))
+            #expect(tooLarge.status == .contentTooLarge)
+            #expect(try Self.json(tooLarge)["error"]?.objectValue?["code"] == .string("body_too_large"))
+
+            let unknownProvider = try await client.execute(
+                uri: "/v1/certificates", method: .post, body: fixture.body(["provider": .string("nope"), "token": .string("t"), "csr": .string("c")]))
+            #expect(unknownProvider.status == .badRequest)
+            #expect(try Self.json(unknownProvider)["error"]?.objectValue?["code"] == .string("unknown_provider"))
+        }
+    }
+
+    @Test func caHealthAndUnknownRoutes() async throws {
+        let fixture = try await Fixture()
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
+        try await app.test(.router) { client in
+            let ca = try await client.execute(uri: "/v1/ca", method: .get)
+            #expect(ca.status == .ok)
+            #expect(String(buffer: ca.body).hasPrefix("-----BEGIN CERTIFICATE-----"))
+            #expect(ca.headers[.contentType] == "application/x-pem-file")
+            #expect(ca.headers[.cacheControl] == "no-store")
+            let health = try await client.execute(uri: "/healthz", method: .get)
+            #expect(String(buffer: health.body) == "ok\n")
+            #expect(try await client.execute(uri: "/nope", method: .get).status == .notFound)
+            #expect(try await client.execute(uri: "/v1/auth", method: .get).status == .notFound)
+        }
+    }
+
+    /// Every request is counted once, by endpoint and status, errors and unknown paths
+    /// included (its own metrics factory here: other tests count into the process's registry at
+    /// the same time); without a registry there is no /metrics route.
+    @Test func everyRequestIsCountedOnce() async throws {
+        let fixture = try await Fixture()
+        let counted = TestMetrics()
+        @Sendable func count(endpoint: String, status: Int) -> Int64 {
+            (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", endpoint), ("status", String(status))]))?.totalValue ?? 0
+        }
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: counted))
+        try await app.test(.router) { client in
+            for _ in 0..<3 { _ = try await client.execute(uri: "/healthz", method: .get) }
+            _ = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(string: "{}"))
+            _ = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: 0x20, count: 5000))
+            _ = try await client.execute(uri: "/does-not-exist", method: .get)
+            let metrics = try await client.execute(uri: "/metrics", method: .get)
+            #expect(metrics.status == .notFound)
+            #expect(count(endpoint: "healthz", status: 200) == 3)
+            #expect(count(endpoint: "auth", status: 400) == 1)
+            #expect(count(endpoint: "auth", status: 413) == 1)
+            #expect(count(endpoint: "unknown", status: 404) == 1)
+            #expect(count(endpoint: "metrics", status: 404) == 1, "no registry, no /metrics")
+        }
+    }
+}
