@@ -93,7 +93,15 @@ public final class TokenService: Sendable {
         guard let provider = providers.providers[providerName] else {
             return .failure(ServiceResponseError(.error(400, "unknown_provider", "no provider is named \"\(providerName.prefix(64))\"")))
         }
-        if let appID, let requested = object["appID"]?.stringValue ?? object["databaseID"]?.stringValue, requested != appID {
+        var named: [String] = []
+        for name in ["appID", "databaseID"] {
+            guard let value = object[name] else { continue }
+            guard let text = value.stringValue else {
+                return .failure(ServiceResponseError(.error(400, "invalid_request", "\"\(name)\" must be a string")))
+            }
+            named.append(text)
+        }
+        if let appID, let requested = named.first(where: { $0 != appID }) {
             return .failure(ServiceResponseError(.error(400, "app_mismatch", "this service serves app \(appID), not \(requested.prefix(64))")))
         }
         return .success(Request(provider: provider, providerName: providerName, token: token, object: object))
@@ -178,7 +186,13 @@ public final class TokenService: Sendable {
         }
         let csr = Array((request.object["csr"]?.stringValue ?? "").utf8)
         do {
-            let validity = request.object["validitySeconds"]?.doubleValue
+            var validity: Double?
+            if let value = request.object["validitySeconds"] {
+                guard let seconds = value.doubleValue else {
+                    return .error(400, "invalid_request", "\"validitySeconds\" must be a number")
+                }
+                validity = seconds
+            }
             let issued = try await ca.issue(token: outcome.token, csr: csr, validity: validity)
             Counter(label: "tokenserver_certificates_issued_total", dimensions: [("provider", request.providerName)]).increment()
             return .json(200, .object([

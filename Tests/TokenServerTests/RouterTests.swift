@@ -4,6 +4,7 @@ import HummingbirdTesting
 import Logging
 import MetricsTestKit
 import NIOCore
+import PeerCA
 import TestSupport
 import Testing
 import TokenKit
@@ -68,6 +69,49 @@ struct RouterTests {
                 uri: "/v1/certificates", method: .post, body: fixture.body(["provider": .string("nope"), "token": .string("t"), "csr": .string("c")]))
             #expect(unknownProvider.status == .badRequest)
             #expect(try Self.json(unknownProvider)["error"]?.objectValue?["code"] == .string("unknown_provider"))
+        }
+    }
+
+    /// Found by API fuzzing (scripts/api_fuzz.sh): wrongly typed fields were read as absent, a
+    /// second app name went unchecked, and a 1-second certificate was refused as token_expired.
+    @Test func fieldsOfTheWrongTypeAreRefusedNotIgnored() async throws {
+        let fixture = try await Fixture()
+        let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
+        try await app.test(.router) { client in
+            func post(_ path: String, _ fields: [String: JSONValue]) async throws -> (HTTPResponse.Status, [String: JSONValue]) {
+                var object: [String: JSONValue] = ["provider": .string("dev"), "token": .string(try fixture.token())]
+                object.merge(fields) { $1 }
+                let response = try await client.execute(uri: path, method: .post, body: fixture.body(object))
+                return (response.status, try Self.json(response))
+            }
+            func code(_ answer: [String: JSONValue]) -> String? { answer["error"]?.objectValue?["code"]?.stringValue }
+            for bad: JSONValue in [.object([:]), .integer(5), .bool(true), .null] {
+                let (status, answer) = try await post("/v1/auth", ["appID": .string("dev"), "databaseID": bad])
+                #expect(status == .badRequest)
+                #expect(code(answer) == "invalid_request", "\(answer)")
+                let (appStatus, _) = try await post("/v1/auth", ["appID": bad])
+                #expect(appStatus == .badRequest)
+            }
+            let (mismatch, mismatchAnswer) = try await post("/v1/auth", ["appID": .string("dev"), "databaseID": .string("other")])
+            #expect(mismatch == .badRequest)
+            #expect(code(mismatchAnswer) == "app_mismatch")
+            let (both, bothAnswer) = try await post("/v1/auth", ["appID": .string("dev"), "databaseID": .string("dev"), "extra": .null])
+            #expect(both == .ok)
+            #expect(bothAnswer["authenticate"] == .bool(true))
+
+            for bad: JSONValue in [.string("3600"), .object([:]), .bool(true), .null] {
+                let (status, answer) = try await post("/v1/certificates", ["csr": .string(csr), "validitySeconds": bad])
+                #expect(status == .badRequest)
+                #expect(code(answer) == "invalid_request", "\(answer)")
+            }
+            let (tooShort, tooShortAnswer) = try await post("/v1/certificates", ["csr": .string(csr), "validitySeconds": .number("0.5")])
+            #expect(tooShort == .forbidden)
+            #expect(code(tooShortAnswer) == "policy_violation")
+            let (oneSecond, oneSecondAnswer) = try await post("/v1/certificates", ["csr": .string(csr), "validitySeconds": .integer(1)])
+            #expect(oneSecond == .ok, "\(oneSecondAnswer)")
+            let notAfter = try #require(oneSecondAnswer["notAfter"]?.stringValue.flatMap { ISO8601DateFormatter().date(from: $0) })
+            #expect(abs(notAfter.timeIntervalSinceNow) <= 2)
         }
     }
 

@@ -61,15 +61,16 @@ public final class PeerCertificateAuthority: Sendable {
         let now = Date(timeIntervalSince1970: clock.now)
         let identity = try policy.identity(for: token, now: now)
         var notAfter = min(now.addingTimeInterval(policy.maximumValidity), identity.expiresAt)
+        // Whole seconds: what a certificate can say.
+        let second = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         if let validity {
-            guard validity > 0 else { throw PeerCAError(.policyViolation, "the requested validity must be positive") }
-            notAfter = min(notAfter, now.addingTimeInterval(validity))
+            guard validity >= 1 else { throw PeerCAError(.policyViolation, "the requested validity must be at least 1 second") }
+            notAfter = min(notAfter, second.addingTimeInterval(validity.rounded(.down)))
         }
         notAfter = min(notAfter, authority.issuer.notValidAfter)
-        // Whole seconds: what the certificate can say.
         notAfter = Date(timeIntervalSince1970: notAfter.timeIntervalSince1970.rounded(.down))
         let notBefore = Date(timeIntervalSince1970: now.addingTimeInterval(-policy.backdate).timeIntervalSince1970.rounded(.down))
-        guard notAfter.timeIntervalSince(now) >= 1 else { throw PeerCAError(.tokenExpired, "the token leaves no validity for a certificate") }
+        guard notAfter.timeIntervalSince(second) >= 1 else { throw PeerCAError(.tokenExpired, "the token leaves no validity for a certificate") }
 
         var use: TokenUse?
         if policy.reuse(for: identity.issuer) == .oncePerTokenID {
