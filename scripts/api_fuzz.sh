@@ -46,8 +46,8 @@ hard_limit="${API_FUZZ_TIMEOUT:-$(( ${max_time:-600} + 300 ))}"
 workers="${API_FUZZ_WORKERS:-1}"
 
 if ! python3 -c 'import schemathesis' 2>/dev/null; then
-    python3 -m pip install --quiet schemathesis 2>/dev/null \
-        || python3 -m pip install --quiet --break-system-packages schemathesis
+    python3 -m pip install --quiet "schemathesis==4.32.5" 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages "schemathesis==4.32.5"
 fi
 version=$(python3 -c 'from importlib.metadata import version; print(version("schemathesis"))')
 

@@ -4,47 +4,6 @@ import Foundation
 import Glibc
 #endif
 
-/// A JWS whose signature verified: header and raw payload bytes (any payload, not only JSON).
-public struct VerifiedJWS: Sendable {
-    public let header: JOSEHeader
-    /// The payload's bytes, exactly as signed (a new array on each access).
-    public var payload: [UInt8] { bytes.array }
-    /// The key that verified the signature.
-    public let key: JWTKey
-    let bytes: PayloadBytes
-}
-
-/// A JWT whose signature verified and whose claims passed the policy.
-public struct VerifiedToken: Sendable {
-    public let header: JOSEHeader
-    public let claims: RegisteredClaims
-    /// The payload's JSON bytes, exactly as signed (already validated strictly); a new array on
-    /// each access.
-    public var payloadBytes: [UInt8] { bytes.array }
-    /// Every claim of the payload. Parsed from ``payloadBytes`` on each access: keep the result
-    /// if you read it more than once.
-    public var payload: [String: JSONValue] {
-        (try? bytes.withBytes { buffer throws(TokenError) in try JSONParser.parseObject(buffer, what: "the payload") }) ?? [:]
-    }
-    /// The key that verified the signature.
-    public let key: JWTKey
-    let bytes: PayloadBytes
-
-    /// Decodes the payload into the caller's type. `Date` properties read NumericDates
-    /// (seconds since the epoch).
-    public func decode<T: Decodable>(_ type: T.Type = T.self) throws(TokenError) -> T {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        do {
-            return try decoder.decode(T.self, from: bytes.withUnsafeBytes { Data($0) })
-        } catch let error as DecodingError {
-            throw TokenError(.payloadDecoding, "the payload does not decode as \(T.self): \(JWTVerifier.describe(error))")
-        } catch {
-            throw TokenError(.payloadDecoding, "the payload does not decode as \(T.self)")
-        }
-    }
-}
-
 /// Verifies compact JWS/JWT tokens against a fixed set of keys.
 ///
 /// The order of checks is fixed and nothing is skipped: size cap → three segments → strict
@@ -370,78 +329,5 @@ public struct JWTVerifier: Sendable {
         case .dataCorrupted(let c): return "invalid data\(path(c))"
         @unknown default: return "invalid payload"
         }
-    }
-}
-
-/// The three segments of a compact JWS.
-struct CompactJWS {
-    let header: UnsafeRawBufferPointer
-    let payload: UnsafeRawBufferPointer
-    let signature: UnsafeRawBufferPointer
-    /// `header '.' payload`, the bytes the signature covers.
-    let signingInput: UnsafeRawBufferPointer
-
-    static func checkSize(_ count: Int, limit: Int) throws(TokenError) {
-        guard count <= limit else {
-            throw TokenError(.tokenTooLarge, "the token is \(count) bytes; at most \(limit) are accepted")
-        }
-    }
-
-    static func split(_ token: UnsafeRawBufferPointer) throws(TokenError) -> CompactJWS {
-        func dot(after start: Int) -> Int? {
-            guard start < token.count, let base = token.baseAddress,
-                let found = memchr(base + start, Int32(UInt8(ascii: ".")), token.count - start)
-            else { return nil }
-            return base.distance(to: UnsafeRawPointer(found))
-        }
-        guard let first = dot(after: 0), let second = dot(after: first + 1), dot(after: second + 1) == nil else {
-            throw TokenError(.malformed, "a compact JWS has exactly three dot-separated segments")
-        }
-        guard first > 0 else { throw TokenError(.malformed, "the header segment is empty") }
-        return CompactJWS(
-            header: UnsafeRawBufferPointer(rebasing: token[0..<first]),
-            payload: UnsafeRawBufferPointer(rebasing: token[(first + 1)..<second]),
-            signature: UnsafeRawBufferPointer(rebasing: token[(second + 1)...]),
-            signingInput: UnsafeRawBufferPointer(rebasing: token[0..<second]))
-    }
-
-    static func decodeHeader(_ segment: UnsafeRawBufferPointer) throws(TokenError) -> [String: JSONValue] {
-        guard let bytes = Base64URL.decode(segment) else {
-            throw TokenError(.invalidBase64, "the header segment is not strict base64url")
-        }
-        return try bytes.withBytes { buffer throws(TokenError) in
-            try JSONParser.parseObject(buffer, what: "the header")
-        }
-    }
-}
-
-/// A token decoded without any verification, for inspection (`tokentool decode`). Nothing in it
-/// may be trusted.
-public struct UnverifiedToken: Sendable {
-    /// Header members.
-    public let header: [String: JSONValue]
-    /// The payload parsed as JSON when it is JSON, else nil (see ``payloadBytes``).
-    public let payload: JSONValue?
-    public let payloadBytes: [UInt8]
-    public let signature: [UInt8]
-
-    /// Splits and decodes a compact JWS strictly (base64url, header JSON), checking nothing else.
-    public init(_ token: String, maxTokenBytes: Int = 64 * 1024) throws(TokenError) {
-        try CompactJWS.checkSize(token.utf8.count, limit: maxTokenBytes)
-        let decoded = try token.withUTF8Bytes { buffer throws(TokenError) -> ([String: JSONValue], [UInt8], [UInt8]) in
-            let parts = try CompactJWS.split(buffer)
-            let header = try CompactJWS.decodeHeader(parts.header)
-            guard let payload = Base64URL.decode(parts.payload) else {
-                throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
-            }
-            guard let signature = Base64URL.decode(parts.signature) else {
-                throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
-            }
-            return (header, payload, signature)
-        }
-        header = decoded.0
-        payloadBytes = decoded.1
-        signature = decoded.2
-        payload = try? JSONValue.parse(decoded.1)
     }
 }

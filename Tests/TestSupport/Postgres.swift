@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// A throw-away PostgreSQL server on loopback (scripts/pgtest.sh: its own cluster in a temporary
 /// directory, a port the OS handed out), for `body`; stopped and removed afterwards, whatever

@@ -223,8 +223,8 @@ extension ServeProcess {
         process.arguments = arguments
         process.currentDirectoryURL = dir
         let out = try temporaryDirectory().appendingPathComponent("out"), err = out.deletingLastPathComponent().appendingPathComponent("err")
-        FileManager.default.createFile(atPath: out.path, contents: nil)
-        FileManager.default.createFile(atPath: err.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: out)
         process.standardError = try FileHandle(forWritingTo: err)
         try process.run()

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// A CA as it is deployed: one directory with PeerCA's ``CAFiles`` layout, its settings
 /// (`ca.json`, ``CASettings``) and, unless the settings name another store, its ledger

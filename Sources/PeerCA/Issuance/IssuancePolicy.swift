@@ -1,0 +1,97 @@
+public import Foundation
+public import TokenKit
+
+/// How verified tokens become peer identities, and how long certificates live.
+public struct IssuancePolicy: Sendable {
+    /// How often one token (`iss` + `jti`) may be turned into a certificate.
+    public enum TokenReuse: String, Sendable, Hashable {
+        /// Once: the ledger refuses a second certificate for the same `jti` (tokens without `jti` are refused).
+        case oncePerTokenID = "once"
+        /// Any number of times while the token is valid.
+        case unlimited
+    }
+
+    /// The SPIFFE trust domain of every certificate.
+    public var trustDomain: String
+    /// The provider name recorded in identities (e.g. `pda`, `auth0`).
+    public var provider: String
+    /// Longest certificate validity. Default 24 h.
+    public var maximumValidity: TimeInterval = 86_400
+    /// How far `notBefore` is set back for clock skew. Default 5 minutes.
+    public var backdate: TimeInterval = 300
+    /// At least this many authentication factors (from `amr`). Default 0.
+    public var requiredFactors = 0
+    /// The latest sign-in (`auth_time`, else `iat`) must be at most this old, if set.
+    public var maximumSignInAge: TimeInterval?
+    /// Claim holding the account's user ID. Default `sub`.
+    public var accountClaim = "sub"
+    /// Claim holding permissions (an array of strings, or a space-separated string such as `scope`), if any.
+    public var permissionsClaim: String?
+    /// Permissions every identity gets.
+    public var defaultPermissions: [String] = []
+    /// Token reuse per issuer (`iss`); issuers not listed get ``defaultTokenReuse``.
+    public var tokenReuse: [String: TokenReuse] = [:]
+    /// Default ``TokenReuse``. Default: unlimited.
+    public var defaultTokenReuse: TokenReuse = .unlimited
+
+    /// A policy whose trust domain is derived from an app ID: lower-cased, and followed by
+    /// `.<suffix>` when a suffix is given (`2F4E…` → `2f4e….peers.example`).
+    public init(appID: String, trustDomainSuffix: String? = nil, provider: String) throws(PeerCAError) {
+        let domain = appID.lowercased() + (trustDomainSuffix.map { "." + $0.lowercased() } ?? "")
+        guard SPIFFE.isTrustDomain(domain) else {
+            throw PeerCAError(.policyViolation, "\"\(domain.prefix(80))\" is not a SPIFFE trust domain (letters, digits, '.', '-', '_')")
+        }
+        self.trustDomain = domain
+        self.provider = provider
+    }
+
+    func reuse(for issuer: String) -> TokenReuse { tokenReuse[issuer] ?? defaultTokenReuse }
+
+    /// The identity a verified token establishes, or a typed error naming what is missing.
+    public func identity(for token: VerifiedToken, now: Date) throws(PeerCAError) -> PeerIdentity {
+        let payload = token.payload
+        guard let issuer = token.claims.issuer, !issuer.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"iss\"") }
+        guard let subject = token.claims.subject, !subject.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"sub\"") }
+        guard let expiration = token.claims.expirationDate else { throw PeerCAError(.policyViolation, "the token has no \"exp\"") }
+        guard expiration > now else { throw PeerCAError(.tokenExpired, "the token expired at \(expiration)") }
+        guard let account = payload[accountClaim]?.stringValue, !account.isEmpty, account.utf8.count <= 64 else {
+            throw PeerCAError(.policyViolation, "the token's \"\(accountClaim)\" must be a string of 1 to 64 bytes (it becomes the CN)")
+        }
+        let authTime = payload["auth_time"]?.doubleValue.map { Date(timeIntervalSince1970: $0) } ?? token.claims.issuedAtDate
+        var factors: [AuthenticationFactor] = []
+        if case .array(let methods)? = payload["amr"] {
+            for method in methods {
+                guard let name = method.stringValue else { throw PeerCAError(.policyViolation, "\"amr\" must be an array of strings") }
+                factors.append(AuthenticationFactor(method: name, signedInAt: authTime))
+            }
+        } else {
+            factors.append(AuthenticationFactor(method: "token", signedInAt: authTime))
+        }
+        if requiredFactors > 0 {
+            let methods = Set(factors.map(\.method)).subtracting(["token"])
+            guard methods.count >= requiredFactors else {
+                throw PeerCAError(.policyViolation, "\(requiredFactors) authentication factors are required; the token shows \(methods.count)")
+            }
+        }
+        if let maximumSignInAge {
+            guard let latest = factors.compactMap(\.signedInAt).max() else {
+                throw PeerCAError(.policyViolation, "the token says nothing about when the user signed in (auth_time or iat)")
+            }
+            guard now.timeIntervalSince(latest) <= maximumSignInAge else {
+                throw PeerCAError(.policyViolation, "the latest sign-in was \(Int(now.timeIntervalSince(latest))) s ago; at most \(Int(maximumSignInAge)) s is accepted")
+            }
+        }
+        var permissions = defaultPermissions
+        if let permissionsClaim, let value = payload[permissionsClaim] {
+            switch value {
+            case .string(let text): permissions += text.split(separator: " ").map(String.init)
+            case .array(let items): permissions += items.compactMap(\.stringValue)
+            default: throw PeerCAError(.policyViolation, "\"\(permissionsClaim)\" must be a string or an array of strings")
+            }
+        }
+        return PeerIdentity(
+            trustDomain: trustDomain, accountUID: account, provider: provider, issuer: issuer, providerUID: subject,
+            displayName: payload["name"]?.stringValue, expiresAt: expiration, factors: factors, permissions: permissions,
+            tokenID: token.claims.id)
+    }
+}

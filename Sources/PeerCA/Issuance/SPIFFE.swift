@@ -1,0 +1,39 @@
+import Foundation
+import TokenKit
+
+/// SPIFFE ID helpers.
+public enum SPIFFE {
+    /// Whether `name` is a valid trust domain: lower-case letters, digits, `.`, `-`, `_`, 1-255 characters.
+    public static func isTrustDomain(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 255
+            && name.utf8.allSatisfy { (0x61...0x7a).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2e || $0 == 0x2d || $0 == 0x5f }
+    }
+
+    /// A path segment for `value`: as is when it has only SPIFFE's characters (letters, digits,
+    /// `.`, `-`, `_`), is not `.` or `..`, and does not start with `_x`; otherwise `_x` + hex.
+    public static func segment(_ value: String) -> String {
+        let allowed = value.utf8.allSatisfy {
+            (0x61...0x7a).contains($0) || (0x41...0x5a).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2e || $0 == 0x2d || $0 == 0x5f
+        }
+        if allowed, !value.isEmpty, value != ".", value != "..", !value.hasPrefix("_x") { return value }
+        return "_x" + value.utf8.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// An issuer as a name: `https://` and a trailing `/` dropped (`https://idp.example/` → `idp.example`).
+    static func issuerName(_ issuer: String) -> String {
+        var name = Substring(issuer)
+        if name.hasPrefix("https://") { name = name.dropFirst(8) }
+        while name.hasSuffix("/") { name = name.dropLast() }
+        return String(name)
+    }
+
+    /// The parts of a SPIFFE ID: trust domain and path (without the leading `/`).
+    public static func parse(_ uri: String) -> (trustDomain: String, path: String)? {
+        guard uri.hasPrefix("spiffe://") else { return nil }
+        let rest = uri.dropFirst(9)
+        let domain = rest.prefix { $0 != "/" }
+        guard isTrustDomain(String(domain)) else { return nil }
+        let path = rest.dropFirst(domain.count)
+        return (String(domain), path.isEmpty ? "" : String(path.dropFirst()))
+    }
+}
