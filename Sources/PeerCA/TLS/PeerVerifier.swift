@@ -1,6 +1,7 @@
 public import Foundation
 import SwiftASN1
-public import X509
+public import TokenKit
+@_spi(FixedExpiryValidationTime) public import X509
 
 /// Who a verified peer certificate says the peer is.
 public struct PeerCertificateIdentity: Sendable, Hashable {
@@ -21,6 +22,8 @@ public struct PeerCertificateIdentity: Sendable, Hashable {
 /// RFC 5280 (swift-certificates' `Verifier`), and the leaf must satisfy our policy — exactly one
 /// SPIFFE URI SAN in the expected trust domain, EKU for the role (clientAuth for a peer that
 /// connects to us, serverAuth for one we connect to), `CA:FALSE`, not revoked per the latest CRL.
+/// Validity periods are checked at the time `clock` reads when ``verify(chain:role:)`` is called
+/// (the system clock unless another is given).
 ///
 /// ```swift
 /// let verifier = PeerVerifier(roots: [caRoot], trustDomain: "app-1234.peers.example", revocations: crl)
@@ -41,21 +44,27 @@ public struct PeerVerifier: Sendable {
     public let trustDomain: String?
     /// The latest CRL, already verified against its CA.
     public let revocations: RevocationList?
+    /// Where the verification time comes from: every certificate in the chain must be within its
+    /// validity period (notBefore through notAfter, inclusive) at the time read when a chain is verified.
+    public let clock: VerificationClock
 
-    public init(roots: [Certificate], trustDomain: String? = nil, revocations: RevocationList? = nil) {
+    /// - Parameters:
+    ///   - roots: The trusted CA roots.
+    ///   - trustDomain: The SPIFFE trust domain peers must be in; nil accepts any.
+    ///   - revocations: The latest CRL, already verified against its CA.
+    ///   - clock: The verification time for validity periods; the system clock by default. Give a
+    ///     fixed clock (`VerificationClock.fixed(_:)`) to verify as of another time.
+    public init(roots: [Certificate], trustDomain: String? = nil, revocations: RevocationList? = nil, clock: VerificationClock = .system) {
         self.roots = roots
         self.trustDomain = trustDomain
         self.revocations = revocations
+        self.clock = clock
     }
 
     /// Verifies a presented chain (leaf first) and returns the peer's identity.
     public func verify(chain: [Certificate], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
         guard let leaf = chain.first else { throw PeerCAError(.untrustedPeer, "the peer presented no certificate") }
-        var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
-            RFC5280Policy()
-            PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations)
-        }
-        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(chain.dropFirst()))
+        let result = await validate(leaf: leaf, intermediates: Array(chain.dropFirst()), role: role, requireSPIFFEID: true)
         switch result {
         case .validCertificate:
             break
@@ -76,6 +85,23 @@ public struct PeerVerifier: Sendable {
             serial: SerialNumbers.hex(leaf.serialNumber), notAfter: leaf.notValidAfter)
     }
 
+    /// The path validation of ``verify(chain:role:)``: RFC 5280 (swift-certificates' `Verifier` and
+    /// `RFC5280Policy`, at the time `clock` reads) and ``PeerLeafPolicy``. With `requireSPIFFEID`
+    /// false, the leaf's SPIFFE ID rules (exactly one SPIFFE URI SAN, the trust domain) are left out
+    /// and everything else is the same (EKU for the role, leaf not a CA, not revoked). Internal: the
+    /// public API always requires the SPIFFE ID; the x509-limbo tests, whose leaves carry DNS or IP
+    /// names, run the rest of the checks through it.
+    func validate(
+        leaf: Certificate, intermediates: [Certificate], role: Role, requireSPIFFEID: Bool
+    ) async -> CertificateValidationResult {
+        let validationTime = Date(timeIntervalSince1970: clock.now)
+        var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
+            RFC5280Policy(fixedExpiryValidationTime: validationTime)
+            PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations, requireSPIFFEID: requireSPIFFEID)
+        }
+        return await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
+    }
+
     /// Verifies a chain given as DER certificates (what TLS hands over), leaf first.
     public func verify(derChain: [[UInt8]], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
         var chain: [Certificate] = []
@@ -91,6 +117,9 @@ struct PeerLeafPolicy: VerifierPolicy {
     let trustDomain: String?
     let role: PeerVerifier.Role
     let revocations: RevocationList?
+    /// Whether the leaf must name exactly one SPIFFE ID (in `trustDomain`, if set). Always true
+    /// for ``PeerVerifier/verify(chain:role:)``.
+    let requireSPIFFEID: Bool
 
     let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [
         .X509ExtensionID.extendedKeyUsage, .X509ExtensionID.subjectAlternativeName, .X509ExtensionID.keyUsage,
@@ -122,11 +151,13 @@ struct PeerLeafPolicy: VerifierPolicy {
         guard usage.contains(needed) else {
             return .failsToMeetPolicy(reason: "the leaf's extended key usage lacks \(role == .client ? "clientAuth" : "serverAuth")")
         }
-        guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri) else {
-            return .failsToMeetPolicy(reason: "the leaf does not name exactly one SPIFFE ID")
-        }
-        if let trustDomain, parts.trustDomain != trustDomain {
-            return .failsToMeetPolicy(reason: "the leaf's trust domain is \(parts.trustDomain), not \(trustDomain)")
+        if requireSPIFFEID {
+            guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri) else {
+                return .failsToMeetPolicy(reason: "the leaf does not name exactly one SPIFFE ID")
+            }
+            if let trustDomain, parts.trustDomain != trustDomain {
+                return .failsToMeetPolicy(reason: "the leaf's trust domain is \(parts.trustDomain), not \(trustDomain)")
+            }
         }
         if let revocations, revocations.isRevoked(leaf.serialNumber) {
             return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason)
