@@ -21,9 +21,11 @@ public struct PeerCertificateIdentity: Sendable, Hashable {
 /// Checks certificates that peers present: the chain must verify to one of the CA roots under
 /// RFC 5280 (swift-certificates' `Verifier`), and the leaf must satisfy our policy — exactly one
 /// SPIFFE URI SAN in the expected trust domain, EKU for the role (clientAuth for a peer that
-/// connects to us, serverAuth for one we connect to), `CA:FALSE`, not revoked per the latest CRL.
-/// Validity periods are checked at the time `clock` reads when ``verify(chain:role:)`` is called
-/// (the system clock unless another is given).
+/// connects to us, serverAuth for one we connect to), `CA:FALSE` and no keyCertSign, not revoked
+/// per the latest CRL. The CA certificates above it must assert keyCertSign if they carry a key
+/// usage extension. Validity periods are checked at the time `clock` reads when
+/// ``verify(chain:role:)`` is called (the system clock unless another is given), in whole seconds.
+/// A presented chain may carry at most ``maxIntermediates`` certificates after the leaf.
 ///
 /// ```swift
 /// let verifier = PeerVerifier(roots: [caRoot], trustDomain: "app-1234.peers.example", revocations: crl)
@@ -42,7 +44,8 @@ public struct PeerVerifier: Sendable {
     public let roots: [Certificate]
     /// Expected trust domain; nil accepts any trust domain (still one SPIFFE URI SAN).
     public let trustDomain: String?
-    /// The latest CRL, already verified against its CA.
+    /// The latest CRL, already verified against its CA. It applies to the certificates that CA
+    /// issued (leaf issuer name = CRL issuer name).
     public let revocations: RevocationList?
     /// Where the verification time comes from: every certificate in the chain must be within its
     /// validity period (notBefore through notAfter, inclusive) at the time read when a chain is verified.
@@ -61,10 +64,18 @@ public struct PeerVerifier: Sendable {
         self.clock = clock
     }
 
+    /// The most certificates a presented chain may carry after the leaf. Path building tries every
+    /// presented certificate with the right subject as an issuer: 100 intermediates sharing one
+    /// subject (x509-limbo's pathological chains) kept the verifier busy for 12 s before it
+    /// refused, and certificates sharing subject and key make every ordering a candidate path
+    /// (debug build: 4 take 40 ms, 6 take 2 s, 7 take 15 s). Our CA's chains carry one
+    /// intermediate (two if the root is sent along).
+    public static let maxIntermediates = 4
+
     /// Verifies a presented chain (leaf first) and returns the peer's identity.
     public func verify(chain: [Certificate], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
         guard let leaf = chain.first else { throw PeerCAError(.untrustedPeer, "the peer presented no certificate") }
-        let result = await validate(leaf: leaf, intermediates: Array(chain.dropFirst()), role: role, requireSPIFFEID: true)
+        let result = try await validate(leaf: leaf, intermediates: Array(chain.dropFirst()), role: role, requireSPIFFEID: true)
         switch result {
         case .validCertificate:
             break
@@ -88,13 +99,20 @@ public struct PeerVerifier: Sendable {
     /// The path validation of ``verify(chain:role:)``: RFC 5280 (swift-certificates' `Verifier` and
     /// `RFC5280Policy`, at the time `clock` reads) and ``PeerLeafPolicy``. With `requireSPIFFEID`
     /// false, the leaf's SPIFFE ID rules (exactly one SPIFFE URI SAN, the trust domain) are left out
-    /// and everything else is the same (EKU for the role, leaf not a CA, not revoked). Internal: the
-    /// public API always requires the SPIFFE ID; the x509-limbo tests, whose leaves carry DNS or IP
-    /// names, run the rest of the checks through it.
+    /// and everything else is the same (EKU for the role, leaf not a CA, CA key usage, not revoked,
+    /// the ``maxIntermediates`` bound). Internal: the public API always requires the SPIFFE ID; the
+    /// x509-limbo tests, whose leaves carry DNS or IP names, run the rest of the checks through it.
     func validate(
         leaf: Certificate, intermediates: [Certificate], role: Role, requireSPIFFEID: Bool
-    ) async -> CertificateValidationResult {
-        let validationTime = Date(timeIntervalSince1970: clock.now)
+    ) async throws(PeerCAError) -> CertificateValidationResult {
+        guard intermediates.count <= Self.maxIntermediates else {
+            throw PeerCAError(
+                .untrustedPeer, "the peer presented \(intermediates.count) certificates after its own; at most \(Self.maxIntermediates) are accepted")
+        }
+        // Whole seconds, as certificate times are encoded (RFC 5280 §4.1.2.5): swift-certificates
+        // would round a fractional time to the nearest second, accepting a certificate up to half a
+        // second before its notBefore.
+        let validationTime = Date(timeIntervalSince1970: clock.now.rounded(.down))
         var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
             RFC5280Policy(fixedExpiryValidationTime: validationTime)
             PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations, requireSPIFFEID: requireSPIFFEID)
@@ -112,7 +130,7 @@ public struct PeerVerifier: Sendable {
     }
 }
 
-/// Our policy on top of RFC 5280, for the leaf.
+/// Our policy on top of RFC 5280: the leaf's requirements, and key usage of the CA certificates.
 struct PeerLeafPolicy: VerifierPolicy {
     let trustDomain: String?
     let role: PeerVerifier.Role
@@ -135,6 +153,12 @@ struct PeerLeafPolicy: VerifierPolicy {
         return uri
     }
 
+    /// The keyCertSign bit of the certificate's key usage: nil without the extension, a failure if
+    /// the extension does not parse.
+    static func keyCertSign(_ certificate: Certificate) -> Result<Bool?, any Error> {
+        Result { try certificate.extensions.keyUsage?.keyCertSign }
+    }
+
     /// The reason this policy gives for a revoked leaf; ``PeerVerifier`` maps it to
     /// ``PeerCAError/Code/revoked`` (our own text, compared whole).
     static let revokedReason = "the leaf is revoked"
@@ -143,6 +167,22 @@ struct PeerLeafPolicy: VerifierPolicy {
         let leaf = chain.leaf
         if case .isCertificateAuthority? = try? leaf.extensions.basicConstraints {
             return .failsToMeetPolicy(reason: "the leaf is a CA certificate")
+        }
+        // RFC 5280 §4.2.1.9: a certificate that is not a CA must not assert keyCertSign.
+        switch Self.keyCertSign(leaf) {
+        case .failure: return .failsToMeetPolicy(reason: "the leaf's key usage extension is malformed")
+        case .success(true?): return .failsToMeetPolicy(reason: "the leaf's key usage asserts keyCertSign")
+        case .success: break
+        }
+        // RFC 5280 §6.1.4 (n): a CA certificate with a key usage extension must assert keyCertSign
+        // to have signed the certificate below it; swift-certificates' RFC5280Policy does not check
+        // key usage. The root is held to it too (x509-limbo rfc5280::root-inconsistent-ca-extensions).
+        for issuer in chain.dropFirst() {
+            switch Self.keyCertSign(issuer) {
+            case .failure: return .failsToMeetPolicy(reason: "a CA certificate's key usage extension is malformed")
+            case .success(false?): return .failsToMeetPolicy(reason: "a CA certificate's key usage lacks keyCertSign")
+            case .success: break
+            }
         }
         guard let usage = try? leaf.extensions.extendedKeyUsage else {
             return .failsToMeetPolicy(reason: "the leaf has no extended key usage")
@@ -159,7 +199,9 @@ struct PeerLeafPolicy: VerifierPolicy {
                 return .failsToMeetPolicy(reason: "the leaf's trust domain is \(parts.trustDomain), not \(trustDomain)")
             }
         }
-        if let revocations, revocations.isRevoked(leaf.serialNumber) {
+        // A serial number names a certificate only together with its issuer (RFC 5280 §4.1.2.2):
+        // the CRL speaks for the certificates of the CA that issued it, not for another CA's.
+        if let revocations, revocations.issuer == leaf.issuer, revocations.isRevoked(leaf.serialNumber) {
             return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason)
         }
         return .meetsPolicy
