@@ -33,6 +33,8 @@ public struct PeerCAError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let serialExists = Code(rawValue: "serial_exists")
         /// CA settings (`ca.json`, a store URL) that cannot be used.
         public static let invalidSettings = Code(rawValue: "invalid_settings")
+        /// A request to the CA or its ledger that is malformed (an empty account name, …).
+        public static let invalidRequest = Code(rawValue: "invalid_request")
         /// No certificate has that serial number.
         public static let notFound = Code(rawValue: "not_found")
         /// A certificate presented by a peer does not chain to the CA roots or breaks our policy.

@@ -41,7 +41,9 @@ public final class PostgresLedger: CertificateLedger, Service {
             database: database.isEmpty ? nil : database, tls: tls)
     }
 
-    /// Creates the tables if they do not exist (serialised across instances by an advisory lock).
+    /// Creates the tables if they do not exist, and adds what later versions added (the
+    /// `provider` column, `ended_sessions`) to a ledger made before; serialised across instances
+    /// by an advisory lock, and idempotent.
     public func migrate() async throws(PeerCAError) {
         do {
             try await client.withConnection { connection in
@@ -78,7 +80,27 @@ public final class PostgresLedger: CertificateLedger, Service {
             PRIMARY KEY (issuer, token_id))
         """,
         "CREATE SEQUENCE IF NOT EXISTS crl_numbers",
+        // Added with revocation by account; each statement is a no-op on a ledger that has it. The
+        // column is looked up first: ALTER TABLE would lock the table (every instance's queries)
+        // at each start even when it has nothing to add.
+        """
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'certificates'::regclass AND attname = 'provider' AND NOT attisdropped)
+            THEN ALTER TABLE certificates ADD COLUMN IF NOT EXISTS provider TEXT;
+            END IF;
+        END $$
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS ended_sessions (
+            account TEXT PRIMARY KEY, ended_at DOUBLE PRECISION NOT NULL, reason INTEGER NOT NULL)
+        """,
     ]
+
+    /// The `certificates` columns ``entries(_:)`` decodes, in its order.
+    static let columns = """
+        serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint, not_before, not_after, \
+        issued_at, der, revoked_at, revocation_reason, provider
+        """
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
         let der = ByteBuffer(bytes: entry.der)
@@ -87,10 +109,10 @@ public final class PostgresLedger: CertificateLedger, Service {
                 try await connection.query(
                     """
                     INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                        not_before, not_after, issued_at, der)
+                        not_before, not_after, issued_at, der, provider)
                     VALUES (\(entry.serial), \(entry.subject), \(entry.commonName), \(entry.tokenIssuer), \(entry.tokenSubject),
                         \(entry.tokenID), \(entry.keyFingerprint), \(entry.notBefore.timeIntervalSince1970),
-                        \(entry.notAfter.timeIntervalSince1970), \(entry.issuedAt.timeIntervalSince1970), \(der))
+                        \(entry.notAfter.timeIntervalSince1970), \(entry.issuedAt.timeIntervalSince1970), \(der), \(entry.provider))
                     """, logger: logger)
                 if let use {
                     try await connection.query(
@@ -146,31 +168,86 @@ public final class PostgresLedger: CertificateLedger, Service {
         }
     }
 
-    private func select(_ clause: String, _ values: [any PostgresEncodable & Sendable]) async throws(PeerCAError) -> [LedgerEntry] {
-        var bindings = PostgresBindings()
-        do { for value in values { try bindings.append(value) } } catch { throw PeerCAError(.ledger, "cannot bind a query value") }
-        let query = PostgresQuery(
-            unsafeSQL: """
-                SELECT serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint, not_before, not_after,
-                    issued_at, der, revoked_at, revocation_reason FROM certificates
-                """ + " " + clause, binds: bindings)
+    public func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry] {
+        guard !account.isEmpty else { throw PeerCAError(.invalidRequest, "the account is empty: no sessions to end") }
+        let at = date.timeIntervalSince1970
+        let update: PostgresQuery
         do {
-            var entries: [LedgerEntry] = []
-            let rows = try await client.query(query, logger: logger)
-            for try await row in rows {
-                let full = try row.decode((String, String, String, String, String, String?, String, Double, Double, Double, ByteBuffer, Double?, Int?).self)
-                let status: LedgerEntry.Status = full.11.map {
-                    .revoked(at: Date(timeIntervalSince1970: $0), reason: full.12.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
-                } ?? .valid
-                entries.append(LedgerEntry(
-                    serial: full.0, subject: full.1, commonName: full.2, tokenIssuer: full.3, tokenSubject: full.4, tokenID: full.5,
-                    keyFingerprint: full.6, notBefore: Date(timeIntervalSince1970: full.7), notAfter: Date(timeIntervalSince1970: full.8),
-                    issuedAt: Date(timeIntervalSince1970: full.9), der: Array(full.10.readableBytesView), status: status))
+            update = PostgresQuery(
+                unsafeSQL: """
+                    UPDATE certificates SET revoked_at = $1, revocation_reason = $2
+                    WHERE revoked_at IS NULL AND serial IN (
+                        SELECT serial FROM certificates WHERE common_name = $3 AND revoked_at IS NULL AND not_after > $1
+                        ORDER BY serial FOR UPDATE)
+                    RETURNING \(PostgresLedger.columns)
+                    """,
+                binds: try PostgresLedger.bindings([at, reason.rawValue, account]))
+        } catch { throw PeerCAError(.ledger, "cannot bind a query value") }
+        do {
+            return try await client.withTransaction(logger: logger) { connection in
+                // The rows are locked in serial order (two logouts of one account cannot deadlock);
+                // under READ COMMITTED a row another transaction revoked meanwhile is checked again
+                // (revoked_at IS NULL) once that one commits, so its first revocation stays.
+                let revoked = try await PostgresLedger.entries(try await connection.query(update, logger: logger))
+                try await connection.query(
+                    """
+                    INSERT INTO ended_sessions (account, ended_at, reason) VALUES (\(account), \(at), \(reason.rawValue))
+                    ON CONFLICT (account) DO UPDATE SET
+                        ended_at = GREATEST(ended_sessions.ended_at, EXCLUDED.ended_at),
+                        reason = CASE WHEN EXCLUDED.ended_at > ended_sessions.ended_at THEN EXCLUDED.reason ELSE ended_sessions.reason END
+                    """, logger: logger)
+                return revoked.sorted { ($0.issuedAt, $0.serial) > ($1.issuedAt, $1.serial) }
             }
-            return entries
+        } catch {
+            throw PeerCAError(.ledger, "cannot end the sessions of the account: \(PostgresLedger.describe(error))")
+        }
+    }
+
+    public func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] {
+        do {
+            var sessions: [String: Date] = [:]
+            let rows = try await client.query(
+                "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= \(since.timeIntervalSince1970)", logger: logger)
+            for try await (account, endedAt) in rows.decode((String, Double).self) {
+                sessions[account] = Date(timeIntervalSince1970: endedAt)
+            }
+            return sessions
+        } catch {
+            throw PeerCAError(.ledger, "cannot read the ended sessions: \(PostgresLedger.describe(error))")
+        }
+    }
+
+    private func select(_ clause: String, _ values: [any PostgresEncodable & Sendable]) async throws(PeerCAError) -> [LedgerEntry] {
+        let bindings: PostgresBindings
+        do { bindings = try PostgresLedger.bindings(values) } catch { throw PeerCAError(.ledger, "cannot bind a query value") }
+        let query = PostgresQuery(unsafeSQL: "SELECT \(PostgresLedger.columns) FROM certificates " + clause, binds: bindings)
+        do {
+            return try await PostgresLedger.entries(try await client.query(query, logger: logger))
         } catch {
             throw PeerCAError(.ledger, "cannot read the ledger: \(PostgresLedger.describe(error))")
         }
+    }
+
+    static func bindings(_ values: [any PostgresEncodable & Sendable]) throws -> PostgresBindings {
+        var bindings = PostgresBindings()
+        for value in values { try bindings.append(value) }
+        return bindings
+    }
+
+    /// Rows of ``columns``, as entries.
+    static func entries(_ rows: PostgresRowSequence) async throws -> [LedgerEntry] {
+        var entries: [LedgerEntry] = []
+        for try await row in rows {
+            let full = try row.decode((String, String, String, String, String, String?, String, Double, Double, Double, ByteBuffer, Double?, Int?, String?).self)
+            let status: LedgerEntry.Status = full.11.map {
+                .revoked(at: Date(timeIntervalSince1970: $0), reason: full.12.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
+            } ?? .valid
+            entries.append(LedgerEntry(
+                serial: full.0, subject: full.1, commonName: full.2, tokenIssuer: full.3, tokenSubject: full.4, tokenID: full.5,
+                keyFingerprint: full.6, notBefore: Date(timeIntervalSince1970: full.7), notAfter: Date(timeIntervalSince1970: full.8),
+                issuedAt: Date(timeIntervalSince1970: full.9), der: Array(full.10.readableBytesView), status: status, provider: full.13))
+        }
+        return entries
     }
 
     /// The constraint a unique violation broke, or nil when `error` is not one.

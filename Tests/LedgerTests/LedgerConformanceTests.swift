@@ -36,13 +36,15 @@ enum Backend: String, CaseIterable, CustomTestStringConvertible, Sendable {
 }
 
 /// A certificate row for the ledger (the ledger stores what it is given; the DER need not parse).
-func entry(_ serial: String, subject: String = "spiffe://app/idp/user-1", commonName: String = "user-1", issuedAt: Double = 1_800_000_000, lifetime: Double = 3600)
-    -> LedgerEntry
-{
+func entry(
+    _ serial: String, subject: String = "spiffe://app/idp/user-1", commonName: String = "user-1", issuedAt: Double = 1_800_000_000,
+    lifetime: Double = 3600, provider: String? = nil
+) -> LedgerEntry {
     LedgerEntry(
         serial: serial, subject: subject, commonName: commonName, tokenIssuer: "https://idp.example", tokenSubject: commonName,
         tokenID: "jti-\(serial)", keyFingerprint: String(repeating: "ab", count: 32), notBefore: Date(timeIntervalSince1970: issuedAt - 300),
-        notAfter: Date(timeIntervalSince1970: issuedAt + lifetime), issuedAt: Date(timeIntervalSince1970: issuedAt), der: Array(serial.utf8))
+        notAfter: Date(timeIntervalSince1970: issuedAt + lifetime), issuedAt: Date(timeIntervalSince1970: issuedAt), der: Array(serial.utf8),
+        provider: provider)
 }
 
 /// One suite, every ``PeerCA/CertificateLedger`` backend: what the CA relies on holds for SQLite

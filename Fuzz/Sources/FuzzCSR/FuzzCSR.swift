@@ -36,6 +36,8 @@ final class MemoryLedger: CertificateLedger, @unchecked Sendable {
     }
     func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry] { [] }
     func nextCRLNumber() async throws(PeerCAError) -> Int64 { 1 }
+    func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry] { [] }
+    func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] { [:] }
 }
 
 /// Runs an async body to completion from the synchronous fuzzer entry point.

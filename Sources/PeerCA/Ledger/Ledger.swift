@@ -39,10 +39,14 @@ public struct LedgerEntry: Sendable, Hashable {
     /// The certificate, DER.
     public let der: [UInt8]
     public let status: Status
+    /// The configured provider name that authenticated the identity; nil for rows recorded
+    /// before the ledger stored it.
+    public let provider: String?
 
     public init(
         serial: String, subject: String, commonName: String, tokenIssuer: String, tokenSubject: String, tokenID: String?,
-        keyFingerprint: String, notBefore: Date, notAfter: Date, issuedAt: Date, der: [UInt8], status: Status = .valid
+        keyFingerprint: String, notBefore: Date, notAfter: Date, issuedAt: Date, der: [UInt8], status: Status = .valid,
+        provider: String? = nil
     ) {
         self.serial = serial
         self.subject = subject
@@ -56,6 +60,7 @@ public struct LedgerEntry: Sendable, Hashable {
         self.issuedAt = issuedAt
         self.der = der
         self.status = status
+        self.provider = provider
     }
 }
 
@@ -92,4 +97,23 @@ public protocol CertificateLedger: Sendable {
     func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry]
     /// A new CRL number, larger than every one returned before.
     func nextCRLNumber() async throws(PeerCAError) -> Int64
+    /// Ends an account's sessions, in one transaction: every certificate whose CN is `account`
+    /// that is not revoked and has not expired at `date` is revoked with `date` and `reason`, and
+    /// the account's ended session is recorded at `date` (see ``endedSessions(since:)``; a later
+    /// end moves it forward, an earlier one never moves it back).
+    ///
+    /// An account with no certificates can still end its sessions. Throws
+    /// ``PeerCAError/Code/invalidRequest`` for an empty account, and writes nothing then.
+    ///
+    /// - Parameters:
+    ///   - account: The account user ID (the certificates' CN).
+    ///   - reason: The revocation reason of the certificates.
+    ///   - date: When the sessions end and the certificates are revoked.
+    /// - Returns: The certificates this call revoked (revoked already: not among them), newest first.
+    func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry]
+    /// The ended sessions: every account whose sessions ended at or after `since`, with the latest
+    /// end. A token of such an account issued (`iat`) before that time is no longer honoured.
+    ///
+    /// - Parameter since: The earliest end to report (for a server: now − the longest token lifetime).
+    func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date]
 }

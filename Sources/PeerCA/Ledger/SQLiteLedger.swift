@@ -48,6 +48,18 @@ public final class SQLiteLedger: CertificateLedger {
                     CREATE TABLE counters (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
                     """)
             }
+            // v2: the provider of each certificate, and the ended sessions (revocation by account).
+            migrator.registerMigration("v2") { db in
+                try db.execute(sql: """
+                    ALTER TABLE certificates ADD COLUMN provider TEXT;
+                    CREATE INDEX IF NOT EXISTS certificates_common_name ON certificates(common_name);
+                    CREATE TABLE ended_sessions (
+                        account TEXT PRIMARY KEY NOT NULL,
+                        ended_at REAL NOT NULL,
+                        reason INTEGER NOT NULL
+                    );
+                    """)
+            }
             try migrator.migrate(pool)
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
@@ -60,12 +72,12 @@ public final class SQLiteLedger: CertificateLedger {
                 try db.execute(
                     sql: """
                         INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                            not_before, not_after, issued_at, der) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            not_before, not_after, issued_at, der, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
                         entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
-                        entry.issuedAt.timeIntervalSince1970, Data(entry.der),
+                        entry.issuedAt.timeIntervalSince1970, Data(entry.der), entry.provider,
                     ])
                 if let use {
                     try db.execute(
@@ -124,32 +136,80 @@ public final class SQLiteLedger: CertificateLedger {
         }
     }
 
+    public func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry] {
+        guard !account.isEmpty else { throw PeerCAError(.invalidRequest, "the account is empty: no sessions to end") }
+        let at = date.timeIntervalSince1970
+        do {
+            return try await pool.write { db in
+                // RETURNING gives the rows as updated; one write transaction with the session row.
+                let revoked = try Row.fetchAll(
+                    db,
+                    sql: """
+                        UPDATE certificates SET revoked_at = ?, revocation_reason = ?
+                        WHERE common_name = ? AND revoked_at IS NULL AND not_after > ? RETURNING *
+                        """,
+                    arguments: [at, reason.rawValue, account, at]
+                ).map(SQLiteLedger.entry(row:))
+                try db.execute(
+                    sql: """
+                        INSERT INTO ended_sessions (account, ended_at, reason) VALUES (?, ?, ?)
+                        ON CONFLICT(account) DO UPDATE SET
+                            ended_at = MAX(ended_at, excluded.ended_at),
+                            reason = CASE WHEN excluded.ended_at > ended_at THEN excluded.reason ELSE reason END
+                        """,
+                    arguments: [account, at, reason.rawValue])
+                return revoked.sorted { ($0.issuedAt, $0.serial) > ($1.issuedAt, $1.serial) }
+            }
+        } catch {
+            throw PeerCAError(.ledger, "cannot end the sessions of the account: \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    public func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] {
+        do {
+            return try await pool.read { db in
+                var sessions: [String: Date] = [:]
+                for row in try Row.fetchAll(
+                    db, sql: "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= ?", arguments: [since.timeIntervalSince1970])
+                {
+                    sessions[try row.decode(String.self, forColumn: "account")] = Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "ended_at"))
+                }
+                return sessions
+            }
+        } catch {
+            throw PeerCAError(.ledger, "cannot read the ended sessions: \(SQLiteLedger.describe(error))")
+        }
+    }
+
     private func select(_ clause: String, _ arguments: StatementArguments) async throws(PeerCAError) -> [LedgerEntry] {
         do {
             return try await pool.read { db in
-                try Row.fetchAll(db, sql: "SELECT * FROM certificates " + clause, arguments: arguments).map { row in
-                    let der = try row.decode(Data.self, forColumn: "der")
-                    let revokedAt = try row.decode(Double?.self, forColumn: "revoked_at")
-                    let reason = try row.decode(Int?.self, forColumn: "revocation_reason")
-                    let status: LedgerEntry.Status = revokedAt.map {
-                        .revoked(at: Date(timeIntervalSince1970: $0), reason: reason.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
-                    } ?? .valid
-                    return LedgerEntry(
-                        serial: try row.decode(String.self, forColumn: "serial"), subject: try row.decode(String.self, forColumn: "subject"),
-                        commonName: try row.decode(String.self, forColumn: "common_name"),
-                        tokenIssuer: try row.decode(String.self, forColumn: "token_issuer"),
-                        tokenSubject: try row.decode(String.self, forColumn: "token_subject"),
-                        tokenID: try row.decode(String?.self, forColumn: "token_id"),
-                        keyFingerprint: try row.decode(String.self, forColumn: "key_fingerprint"),
-                        notBefore: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_before")),
-                        notAfter: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_after")),
-                        issuedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "issued_at")),
-                        der: Array(der), status: status)
-                }
+                try Row.fetchAll(db, sql: "SELECT * FROM certificates " + clause, arguments: arguments).map(SQLiteLedger.entry(row:))
             }
         } catch {
             throw PeerCAError(.ledger, "cannot read the ledger: \(SQLiteLedger.describe(error))")
         }
+    }
+
+    /// A `certificates` row (every column) as an entry.
+    private static func entry(row: Row) throws -> LedgerEntry {
+        let der = try row.decode(Data.self, forColumn: "der")
+        let revokedAt = try row.decode(Double?.self, forColumn: "revoked_at")
+        let reason = try row.decode(Int?.self, forColumn: "revocation_reason")
+        let status: LedgerEntry.Status = revokedAt.map {
+            .revoked(at: Date(timeIntervalSince1970: $0), reason: reason.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
+        } ?? .valid
+        return LedgerEntry(
+            serial: try row.decode(String.self, forColumn: "serial"), subject: try row.decode(String.self, forColumn: "subject"),
+            commonName: try row.decode(String.self, forColumn: "common_name"),
+            tokenIssuer: try row.decode(String.self, forColumn: "token_issuer"),
+            tokenSubject: try row.decode(String.self, forColumn: "token_subject"),
+            tokenID: try row.decode(String?.self, forColumn: "token_id"),
+            keyFingerprint: try row.decode(String.self, forColumn: "key_fingerprint"),
+            notBefore: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_before")),
+            notAfter: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_after")),
+            issuedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "issued_at")),
+            der: Array(der), status: status, provider: try row.decode(String?.self, forColumn: "provider"))
     }
 
     static func describe(_ error: any Error) -> String {
