@@ -36,10 +36,25 @@ struct CompactJWS {
             signingInput: UnsafeRawBufferPointer(rebasing: token[0..<second]))
     }
 
-    static func decodeHeader(_ segment: UnsafeRawBufferPointer) throws(TokenError) -> [String: JSONValue] {
-        guard let bytes = Base64URL.decode(segment) else {
-            throw TokenError(.invalidBase64, "the header segment is not strict base64url")
+    /// The `invalid_base64` error for a segment (`"header"`, `"payload"`, `"signature"`), with a
+    /// hint when whitespace is the reason: a token copied with its trailing newline, a space left
+    /// in front, or one wrapped over lines. Built only once decoding has failed.
+    @inline(never)
+    static func invalidBase64(_ name: String, _ segment: UnsafeRawBufferPointer) -> TokenError {
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        var message = "the \(name) segment is not strict base64url"
+        if let last = segment.last, isSpace(last), name == "signature" {
+            message += " (the token ends with whitespace, e.g. a trailing newline: trim the token)"
+        } else if let first = segment.first, isSpace(first), name == "header" {
+            message += " (the token starts with whitespace: trim the token)"
+        } else if segment.contains(where: isSpace) {
+            message += " (it contains whitespace, e.g. a line break: remove it)"
         }
+        return TokenError(.invalidBase64, message)
+    }
+
+    static func decodeHeader(_ segment: UnsafeRawBufferPointer) throws(TokenError) -> [String: JSONValue] {
+        guard let bytes = Base64URL.decode(segment) else { throw invalidBase64("header", segment) }
         return try bytes.withBytes { buffer throws(TokenError) in
             try JSONParser.parseObject(buffer, what: "the header")
         }

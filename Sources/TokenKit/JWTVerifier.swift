@@ -238,12 +238,12 @@ public struct JWTVerifier: Sendable {
         }
         let algorithm = header.algorithm
         guard let signatureCount = Base64URL.decodedCount(parts.signature.count) else {
-            throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
+            throw CompactJWS.invalidBase64("signature", parts.signature)
         }
         let result = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(signatureCount, 1)) { buffer -> Result<Void, TokenError> in
             let signature = UnsafeMutableBufferPointer(rebasing: buffer[0..<signatureCount])
             guard Base64URL.decode(parts.signature, into: signature) else {
-                return .failure(TokenError(.invalidBase64, "the signature segment is not strict base64url"))
+                return .failure(CompactJWS.invalidBase64("signature", parts.signature))
             }
             return Result { () throws(TokenError) in
                 try JWTVerifier.checkSignature(
@@ -253,7 +253,7 @@ public struct JWTVerifier: Sendable {
         }
         try result.get()
         guard let payload = PayloadBytes.decode(parts.payload) else {
-            throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
+            throw CompactJWS.invalidBase64("payload", parts.payload)
         }
         return VerifiedJWS(header: header, key: entry.key, bytes: payload)
     }
@@ -274,7 +274,8 @@ public struct JWTVerifier: Sendable {
         } else {
             let candidates = entries.indices.filter { entries[$0].key.algorithms.contains(algorithm) }
             guard let first = candidates.first else {
-                throw TokenError(.algorithmNotAllowed, "no key accepts \(algorithm)")
+                let accepted = Set(entries.flatMap(\.key.algorithms)).map(\.rawValue).sorted().joined(separator: ", ")
+                throw TokenError(.algorithmNotAllowed, "no key accepts \(algorithm) (\(entries.count == 1 ? "the key accepts" : "the keys accept") \(accepted))")
             }
             guard candidates.count == 1 else {
                 throw TokenError(.unknownKey, "the token has no kid and \(candidates.count) keys accept \(algorithm); it must name its key")

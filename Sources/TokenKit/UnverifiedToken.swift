@@ -21,10 +21,10 @@ public struct UnverifiedToken: Sendable {
             let parts = try CompactJWS.split(buffer)
             let header = try CompactJWS.decodeHeader(parts.header)
             guard let payload = Base64URL.decode(parts.payload) else {
-                throw TokenError(.invalidBase64, "the payload segment is not strict base64url")
+                throw CompactJWS.invalidBase64("payload", parts.payload)
             }
             guard let signature = Base64URL.decode(parts.signature) else {
-                throw TokenError(.invalidBase64, "the signature segment is not strict base64url")
+                throw CompactJWS.invalidBase64("signature", parts.signature)
             }
             return (header, payload, signature)
         }
