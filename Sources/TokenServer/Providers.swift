@@ -20,7 +20,8 @@ struct ProviderVerifier: Sendable {
     /// Verifies a token. Throws `TokenError` for an invalid token, `KeySourceError` when keys
     /// cannot be had.
     func verify(_ token: String) async throws -> Outcome {
-        let verified = try await verifier.verify(token)
+        let verified: TokenSourceVerifier.Verified
+        do throws(RemoteVerificationError) { verified = try await verifier.verify(token) } catch { throw error.underlying }
         var info: [String: JSONValue] = [:]
         if let identity = verified.hat {
             info["pda"] = .string(identity.pdaHost)

@@ -177,31 +177,27 @@ struct VerificationOptions: ParsableArguments {
     /// when keys cannot be had; an invalid token is the `.failure` of the result.
     func verify(_ text: String, json: Bool = false) async throws -> (Result<VerifiedToken, TokenError>, HATIdentity?) {
         let description = try description()
-        let outcome: Result<TokenSourceVerifier.Verified, TokenError>
-        do {
-            if description.keys.isRemote {
-                outcome = try await withFetcher(remote) { fetcher in
-                    let verifier = try description.makeVerifier(store: remote.store(fetcher, clock: description.clock))
-                    return try await Self.result { try await verifier.verify(text) }
-                }
-            } else {
-                let verifier = try description.makeVerifier()
-                outcome = try await Self.result { try await verifier.verify(text) }
+        let outcome: Result<TokenSourceVerifier.Verified, RemoteVerificationError>
+        if description.keys.isRemote {
+            outcome = try await withFetcher(remote) { fetcher in
+                let verifier = try description.makeVerifier(store: remote.store(fetcher, clock: description.clock))
+                return await Self.result(verifier, text)
             }
-        } catch let error as KeySourceError {
+        } else {
+            outcome = await Self.result(try description.makeVerifier(), text)
+        }
+        switch outcome {
+        case .success(let verified): return (.success(verified.token), verified.hat)
+        case .failure(.token(let error)): return (.failure(error), nil)
+        case .failure(.keys(let error)):
             if json {
                 Output.json(.object(["valid": .bool(false), "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])]))
             }
             throw CLIExit(code: 2, message: "tokentool: cannot get the issuer's keys: \(error)")
         }
-        switch outcome {
-        case .success(let verified): return (.success(verified.token), verified.hat)
-        case .failure(let error): return (.failure(error), nil)
-        }
     }
 
-    /// An invalid token as a `.failure`; any other error thrown.
-    static func result<T>(_ body: () async throws -> T) async throws -> Result<T, TokenError> {
-        do { return .success(try await body()) } catch let error as TokenError { return .failure(error) }
+    static func result(_ verifier: TokenSourceVerifier, _ text: String) async -> Result<TokenSourceVerifier.Verified, RemoteVerificationError> {
+        do throws(RemoteVerificationError) { return .success(try await verifier.verify(text)) } catch { return .failure(error) }
     }
 }

@@ -56,6 +56,7 @@ func sourceCode(_ error: (any Error)?) -> String? {
     switch error {
     case let error as KeySourceError: error.code.rawValue
     case let error as TokenError: error.code.rawValue
+    case let error as RemoteVerificationError: error.code
     default: nil
     }
 }

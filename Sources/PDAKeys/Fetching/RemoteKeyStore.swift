@@ -159,17 +159,19 @@ public final class RemoteKeyStore: Sendable {
     /// Runs `attempt` with the keys of `source`; when it fails with one of `retryingOn` (an
     /// unknown `kid`, a signature that does not verify: the issuer may have rotated its keys), asks
     /// for newer keys (``refreshed(_:after:reason:)``, rate-limited) and runs it once more with
-    /// them. Throws ``KeySourceError`` when no keys can be had, else `attempt`'s `TokenError`.
+    /// them. Throws ``RemoteVerificationError/keys(_:)`` when no keys can be had, else
+    /// `attempt`'s `TokenError` as ``RemoteVerificationError/token(_:)``.
     public func withKeys<T>(
         for source: KeySource, retryingOn codes: Set<TokenError.Code>, _ attempt: (RemoteKeySet) throws(TokenError) -> T
-    ) async throws -> T {
-        let keys = try await self.keys(for: source)
+    ) async throws(RemoteVerificationError) -> T {
+        let keys: RemoteKeySet
+        do throws(KeySourceError) { keys = try await self.keys(for: source) } catch { throw .keys(error) }
         // (A typed `do throws(TokenError)` with a `catch where` in an async function crashes the
         // Swift 6.3.1 SIL ownership verifier; Result says the same.)
         let first = Result { () throws(TokenError) in try attempt(keys) }
-        guard case .failure(let error) = first, codes.contains(error.code) else { return try first.get() }
-        guard let newer = await refreshed(source, after: keys, reason: error.code.rawValue) else { throw error }
-        return try attempt(newer)
+        guard case .failure(let error) = first, codes.contains(error.code) else { return try first.getRemote() }
+        guard let newer = await refreshed(source, after: keys, reason: error.code.rawValue) else { throw .token(error) }
+        return try Result { () throws(TokenError) in try attempt(newer) }.getRemote()
     }
 
     /// The keys held for `source` right now (fresh or not), without fetching.

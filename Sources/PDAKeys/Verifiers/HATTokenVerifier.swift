@@ -69,24 +69,29 @@ public struct HATTokenVerifier: Sendable {
         self.maxTokenBytes = maxTokenBytes
     }
 
-    /// Verifies a HAT token. Throws a `TokenError` for an invalid token (including a
-    /// refused `iss`, as `.issuerMismatch`), a ``KeySourceError`` when the PDA's key cannot be had.
-    public func verify(_ token: String) async throws -> HATIdentity {
+    /// Verifies a HAT token. Throws ``RemoteVerificationError/token(_:)`` for an invalid token
+    /// (including a refused `iss`, as `.issuerMismatch`), ``RemoteVerificationError/keys(_:)``
+    /// when the PDA's key cannot be had.
+    public func verify(_ token: String) async throws(RemoteVerificationError) -> HATIdentity {
         try await verifyWithToken(token).identity
     }
 
     /// Like ``verify(_:)``, also returning the verified token (header, all claims).
-    public func verifyWithToken(_ token: String) async throws -> (identity: HATIdentity, token: VerifiedToken) {
-        let issuer = try HATTokenVerifier.unverifiedIssuer(token, maxTokenBytes: maxTokenBytes)
-        let host: String
-        do { host = try allowList.host(forIssuer: issuer) } catch {
-            throw TokenError(.issuerMismatch, error.message)
-        }
+    public func verifyWithToken(_ token: String) async throws(RemoteVerificationError) -> (identity: HATIdentity, token: VerifiedToken) {
+        let (issuer, host) = try Result { () throws(TokenError) in try pdaHost(token) }.getRemote()
         // The PDA may have rotated its key: a failed signature refetches (rate-limited) and tries once more.
         let verified = try await store.withKeys(for: .pda(host: host), retryingOn: [.badSignature]) { keys throws(TokenError) in
             try verifier(issuer: issuer, keys: keys).verify(token)
         }
-        return (try identity(verified, host: host), verified)
+        return (try Result { () throws(TokenError) in try identity(verified, host: host) }.getRemote(), verified)
+    }
+
+    /// The token's (unverified) `iss` and the PDA host it names, if the allow-list accepts it.
+    func pdaHost(_ token: String) throws(TokenError) -> (issuer: String, host: String) {
+        let issuer = try HATTokenVerifier.unverifiedIssuer(token, maxTokenBytes: maxTokenBytes)
+        do throws(KeySourceError) { return (issuer, try allowList.host(forIssuer: issuer)) } catch {
+            throw TokenError(.issuerMismatch, error.message)
+        }
     }
 
     func identity(_ verified: VerifiedToken, host: String) throws(TokenError) -> HATIdentity {

@@ -33,10 +33,10 @@ public struct RemoteJWTVerifier: Sendable {
         self.engine = engine
     }
 
-    /// Verifies `token` against the source's current keys (fetching them if needed). Throws a
-    /// `TokenError` when the token is invalid, a ``KeySourceError`` when no keys could
-    /// be had.
-    public func verify(_ token: String) async throws -> VerifiedToken {
+    /// Verifies `token` against the source's current keys (fetching them if needed). Throws
+    /// ``RemoteVerificationError/token(_:)`` when the token is invalid,
+    /// ``RemoteVerificationError/keys(_:)`` when no keys could be had.
+    public func verify(_ token: String) async throws(RemoteVerificationError) -> VerifiedToken {
         try await store.withKeys(for: source, retryingOn: [.unknownKey, .badSignature]) { keys throws(TokenError) in
             try verifier(for: keys).verify(token)
         }

@@ -94,12 +94,12 @@ public struct TokenSourceVerifier: Sendable {
         public let hat: HATIdentity?
     }
 
-    /// Verifies `token`. Throws a `TokenError` for an invalid token, a
-    /// ``KeySourceError`` when the keys cannot be had.
-    public func verify(_ token: String) async throws -> Verified {
+    /// Verifies `token`. Throws ``RemoteVerificationError/token(_:)`` for an invalid token,
+    /// ``RemoteVerificationError/keys(_:)`` when the keys cannot be had.
+    public func verify(_ token: String) async throws(RemoteVerificationError) -> Verified {
         switch kind {
         case .local(let verifier):
-            return Verified(token: try verifier.verify(token), hat: nil)
+            return Verified(token: try Result { () throws(TokenError) in try verifier.verify(token) }.getRemote(), hat: nil)
         case .remote(let verifier):
             return Verified(token: try await verifier.verify(token), hat: nil)
         case .pda(let verifier):
