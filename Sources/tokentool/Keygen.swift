@@ -15,7 +15,7 @@ struct Keygen: ParsableCommand {
               tokentool keygen ec --curve P-384 --format jwk --kid k1 --out issuer.jwk
               tokentool keygen rsa --bits 3072 --out rsa.key
               tokentool keygen ed25519 --format jwk
-              tokentool keygen hmac --alg HS512 --format raw --out hs512.bin
+              tokentool keygen hmac --alg HS512 --out hs512.bin
             """)
 
     enum KeyKind: String, ExpressibleByArgument, CaseIterable { case rsa, ec, ed25519, hmac }
@@ -36,8 +36,8 @@ struct Keygen: ParsableCommand {
     @Option(help: "Key ID to record in a JWK.")
     var kid: String?
 
-    @Option(help: "Output format: pem (PKCS#8), jwk, or raw (HMAC secrets only).")
-    var format: Format = .pem
+    @Option(help: "Output format: pem (PKCS#8), jwk, or raw (HMAC secrets only). Default: raw for hmac, pem for the others.")
+    var format: Format?
 
     @Option(help: "File for the private key or secret (mode 0600, never overwritten).")
     var out: String?
@@ -55,8 +55,13 @@ struct Keygen: ParsableCommand {
         case .ed25519: spec = .ed25519
         case .hmac: spec = .hmac(alg)
         }
+        // The format that fits the key type unless one is asked for: HMAC secrets have no PEM form.
+        let format = self.format ?? (type == .hmac ? .raw : .pem)
         if format == .raw, type != .hmac { throw CLIExit.usage("--format raw is for hmac secrets only") }
         if format == .pem, type == .hmac { throw CLIExit.usage("HMAC secrets have no PEM form; use --format jwk or raw") }
+        if format == .raw, out == nil, isatty(STDOUT_FILENO) != 0 {
+            throw CLIExit.usage("a raw secret is binary: write it to a file with --out FILE, or use --format jwk")
+        }
         if publicOut != nil, type == .hmac { throw CLIExit.usage("HMAC secrets have no public half") }
         let key = try JWTKey.generate(spec, kid: kid)
         let privateBytes: [UInt8]

@@ -48,7 +48,8 @@ struct Sign: ParsableCommand {
     @Option(help: "JWT ID (\"jti\"). Use --jti random for a random UUID.")
     var jti: String?
 
-    @Option(help: "Seconds from now until \"exp\" (ignored if the claims set exp).")
+    // Unconditional: a negative value (an already expired token, for tests) is a value, not an option.
+    @Option(parsing: .unconditional, help: "Seconds from now until \"exp\"; negative for a token that has already expired (ignored if the claims set exp).")
     var expiresIn: Int = 3600
 
     @Flag(help: "Do not add \"iat\".")

@@ -12,29 +12,87 @@ extension JWTAlgorithm: ExpressibleByArgument {}
 extension JWTVerifier.Engine: ExpressibleByArgument {}
 
 enum Input {
-    /// Reads a file, or standard input for "-".
+    /// Reads a file, or standard input for "-". A file that cannot be read is a usage error that
+    /// says why (no such file, a directory, permission denied).
     static func read(_ path: String) throws -> [UInt8] {
         if path == "-" { return Array(FileHandle.standardInput.readDataToEndOfFile()) }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CLIExit.usage("cannot read \(path)")
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw CLIExit.usage("cannot read \(path): it is a directory")
         }
-        return Array(data)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw CLIExit.usage("cannot read \(path): \(reason(errno))") }
+        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do { return Array(try file.readToEnd() ?? Data()) } catch {
+            throw CLIExit.usage("cannot read \(path): \(error.localizedDescription)")
+        }
     }
 
-    /// The token from an argument, a file path, or standard input ("-" or nothing).
-    static func token(_ argument: String?) throws -> String {
-        let raw: String
-        if let argument, argument != "-" {
-            // A path to an existing file is read; anything else is the token itself.
-            if FileManager.default.fileExists(atPath: argument) {
-                raw = String(decoding: try read(argument), as: UTF8.self)
-            } else {
-                raw = argument
-            }
-        } else {
-            raw = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+    /// Why `open` failed, in words.
+    static func reason(_ code: Int32) -> String {
+        switch code {
+        case ENOENT: "no such file"
+        case EACCES, EPERM: "permission denied"
+        case ENOTDIR: "a component of the path is not a directory"
+        case EISDIR: "it is a directory"
+        default: String(cString: strerror(code))
         }
-        return raw.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Whether `text` has the shape of a compact JWS: three base64url segments separated by dots
+    /// (the header not empty). Used to tell a token from a file name that does not exist.
+    static func looksLikeToken(_ text: Substring) -> Bool {
+        let segments = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3, !segments[0].isEmpty else { return false }
+        return segments.allSatisfy { segment in
+            segment.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                    UInt8(ascii: "-"), UInt8(ascii: "_"):
+                    true
+                default: false
+                }
+            }
+        }
+    }
+
+    /// `text` without surrounding whitespace and without an `Authorization: Bearer ` or `Bearer `
+    /// prefix (any case), as pasted from an HTTP header.
+    static func stripped(_ text: String) -> Substring {
+        var token = Substring(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        for prefix in ["authorization:", "bearer"] {
+            guard token.count > prefix.count, token.prefix(prefix.count).lowercased() == prefix,
+                let next = token.dropFirst(prefix.count).first, next == " " || next == "\t"
+            else { continue }
+            token = token.dropFirst(prefix.count).drop { $0 == " " || $0 == "\t" }
+        }
+        return token
+    }
+
+    /// The token from an argument, a file path, or standard input ("-" or nothing), without
+    /// surrounding whitespace or a `Bearer ` prefix. An argument that is neither a file nor shaped
+    /// like a token, an empty file and empty standard input are usage errors.
+    static func token(_ argument: String?) throws -> String {
+        if let argument, argument != "-" {
+            // A path to an existing file is read; something shaped like a token is the token.
+            if FileManager.default.fileExists(atPath: argument) {
+                let token = stripped(String(decoding: try read(argument), as: UTF8.self))
+                if token.isEmpty { throw CLIExit.usage("\(argument) is empty: it holds no token") }
+                return String(token)
+            }
+            let token = stripped(argument)
+            guard looksLikeToken(token) else {
+                throw CLIExit.usage(
+                    "no such file: \(argument) (and it is not a token either: a JWT is three base64url segments separated by dots)")
+            }
+            return String(token)
+        }
+        if isatty(STDIN_FILENO) != 0 {
+            printError("tokentool: reading the token from standard input (paste it, then press Return and Ctrl-D)")
+        }
+        let token = stripped(String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self))
+        if token.isEmpty { throw CLIExit.usage("no token on standard input") }
+        return String(token)
     }
 
     /// Refuses a file holding secret material that group or others can read, unless allowed.
@@ -49,7 +107,11 @@ enum Input {
     /// Keys from a PEM, DER, JWK or JWKS file. Files with private material must be mode 0600
     /// (or stricter) unless `allowInsecure`.
     static func keys(path: String, algorithms: Set<JWTAlgorithm>?, kid: String?, allowInsecure: Bool = false) throws -> [JWTKey] {
-        let file = try KeyFileContents(try read(path))
+        let bytes = try read(path)
+        let file: KeyFileContents
+        do throws(TokenError) { file = try KeyFileContents(bytes) } catch {
+            throw CLIExit.usage("\(path): \(error)")
+        }
         for line in file.skipped { printError("tokentool: \(path): skipped \(line)") }
         let keys = try file.keys.map { key in
             var key = key

@@ -68,7 +68,9 @@ struct CLITests {
         #expect(try tokentool(["verify", expired]).status == 2)  // no key: usage error
         #expect(try tokentool(["verify", "--key", "/nonexistent/key.pem", expired]).status == 2)
         #expect(try tokentool(["verify", "--key", pub, "--alg", "XS256", expired]).status == 2)
-        #expect(try tokentool(["verify", "--key", pub, "not-a-token"]).status == 1)
+        // Neither a file nor shaped like a token: a usage error ("no such file"), not an invalid token.
+        #expect(try tokentool(["verify", "--key", pub, "not-a-token"]).status == 2)
+        #expect(try tokentool(["verify", "--key", pub, "not.a.token"]).status == 1)
         let weak = try tokentool(["verify", "--secret-file", pub, "--allow-insecure-key-file", "--alg", "HS512", expired])  // PEM as an HS512 secret: 451 bytes, fine length-wise
         #expect(weak.status == 1)
         let decoded = try tokentool(["decode", expired])
