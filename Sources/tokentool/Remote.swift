@@ -54,10 +54,10 @@ struct RemoteOptions: ParsableArguments {
         do { return try HTTPKeyFetcher(configuration: configuration) } catch { throw CLIExit.usage(error.description) }
     }
 
-    /// A store that logs warnings and errors to standard error.
+    /// A store that logs nothing: every command reports a failed fetch itself (exit 2 and one
+    /// message), and a one-shot process has no stale keys to warn about.
     func store(_ fetcher: HTTPKeyFetcher, clock: VerificationClock = .system) -> RemoteKeyStore {
-        var logger = Logger(label: "tokentool") { label in StreamLogHandler.standardError(label: label) }
-        logger.logLevel = .warning
+        let logger = Logger(label: "tokentool") { _ in SwiftLogNoOpLogHandler() }
         return RemoteKeyStore(fetcher: fetcher, clock: clock, logger: logger)
     }
 }

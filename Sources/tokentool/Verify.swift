@@ -188,7 +188,9 @@ struct VerificationOptions: ParsableArguments {
         }
         switch outcome {
         case .success(let verified): return (.success(verified.token), verified.hat)
-        case .failure(.token(let error)): return (.failure(error), nil)
+        case .failure(.token(let error)):
+            guard case .local(let keys) = description.keys else { return (.failure(error), nil) }
+            return (.failure(Self.explained(error, token: text, keys: keys)), nil)
         case .failure(.keys(let error)):
             if json {
                 Output.json(.object(["valid": .bool(false), "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])]))
@@ -199,5 +201,46 @@ struct VerificationOptions: ParsableArguments {
 
     static func result(_ verifier: TokenSourceVerifier, _ text: String) async -> Result<TokenSourceVerifier.Verified, RemoteVerificationError> {
         do throws(RemoteVerificationError) { return .success(try await verifier.verify(text)) } catch { return .failure(error) }
+    }
+
+    /// An `algorithm_not_allowed` refusal with what would change it: `--alg` when a key could
+    /// accept the token's algorithm, else the kind of key that algorithm needs.
+    static func explained(_ error: TokenError, token: String, keys: [JWTKey]) -> TokenError {
+        guard error.code == .algorithmNotAllowed, let unverified = try? UnverifiedToken(token),
+            let name = unverified.header["alg"]?.stringValue, let algorithm = JWTAlgorithm(rawValue: name)
+        else { return error }
+        var message = error.message
+        let accepted = Set(keys.flatMap(\.algorithms)).map(\.rawValue).sorted().joined(separator: ", ")
+        if !message.contains("accept") { message += " (\(keys.count == 1 ? "the key accepts" : "the keys accept") \(accepted))" }
+        var weak: String?
+        let fitting = keys.filter { key in
+            do throws(TokenError) {
+                _ = try key.with(algorithms: [algorithm])
+                return true
+            } catch {
+                if error.code == .weakKey { weak = error.message }
+                return false
+            }
+        }
+        if !fitting.isEmpty {
+            message += "; if the issuer does sign with \(algorithm), pass --alg \(algorithm) (the key then accepts \(algorithm) only; repeat --alg for more)"
+        } else if let weak {
+            message += "; --alg \(algorithm) would not help: \(weak)"
+        } else {
+            let types = Set(keys.map { "\($0.type)" }).sorted().joined(separator: ", ")
+            let article = algorithm.family == .rsaPSS ? "a" : "an"  // a PS256, an RS256/ES256/HS256/EdDSA
+            message += "; \(article) \(algorithm) token needs \(needed(algorithm)), and the key given is \(types): is it the issuer's key? (--alg cannot change a key's type)"
+        }
+        return TokenError(error.code, message)
+    }
+
+    /// The kind of key an algorithm needs, in words.
+    static func needed(_ algorithm: JWTAlgorithm) -> String {
+        switch algorithm.family {
+        case .hmac: "an HMAC secret (--secret-file)"
+        case .rsa, .rsaPSS: "an RSA key"
+        case .ecdsa: "an EC \(ECCurve.allCases.first { $0.algorithm == algorithm }?.rawValue ?? "") key"
+        case .eddsa: "an Ed25519 key"
+        }
     }
 }

@@ -73,6 +73,26 @@ struct RemoteCLITests {
         #expect(down.err.contains("http_status"))
     }
 
+    /// An unreachable PDA is reported once: the message, not also a log line from the key store.
+    @Test func anUnreachablePDAIsReportedOnce() throws {
+        let server = try KeyServer(routes: [:])
+        defer { server.stop() }
+        let token = try sign(hatClaims(iss: "alice.hubat.net", now: Date().timeIntervalSince1970), with: TestKeys.rsa)
+        let down = try tokentool(["verify", "--pda"] + common(server) + [token])
+        #expect(down.status == 2)
+        #expect(down.err.components(separatedBy: "http_status").count == 2, "\(down.err)")
+        #expect(down.err.split(separator: "\n").count == 1, "\(down.err)")
+        #expect(down.err.hasPrefix("tokentool: cannot get the issuer's keys: http_status"), "\(down.err)")
+        let json = try tokentool(["verify", "--pda", "--json"] + common(server) + [token])
+        #expect(json.status == 2)
+        #expect(json.out.contains("\"http_status\""), "\(json.out)")
+        #expect(json.err.components(separatedBy: "http_status").count == 2, "\(json.err)")
+        // fetch-key likewise.
+        let fetch = try tokentool(["fetch-key"] + common(server) + ["alice.hubat.net"])
+        #expect(fetch.status == 2)
+        #expect(fetch.err.components(separatedBy: "http_status").count == 2, "\(fetch.err)")
+    }
+
     @Test func verifyWithJWKSAndOIDC() throws {
         let server = try KeyServer(routes: [:])
         defer { server.stop() }
