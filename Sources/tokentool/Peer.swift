@@ -52,7 +52,8 @@ struct PeerVerifyCommand: AsyncParsableCommand {
 
             Examples:
               tokentool peer verify --ca ca/root.pem device.pem
-              tokentool peer verify --ca ca/root.pem --trust-domain my-app --crl crl.pem --crl-issuer ca/issuer.pem device.pem
+              tokentool peer verify --ca ca/root.pem --trust-domain my-app --crl crl.pem \\
+                  --crl-issuer ca/issuer.pem device.pem
             """)
 
     @Option(help: "PEM file of trusted CA roots.")

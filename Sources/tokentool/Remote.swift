@@ -92,9 +92,11 @@ struct FetchKey: AsyncParsableCommand {
 
             Examples:
               tokentool fetch-key postman.hubat.net
-              tokentool fetch-key --format jwks https://tenant.eu.auth0.com/.well-known/jwks.json
+              tokentool fetch-key --format jwks \\
+                  https://tenant.eu.auth0.com/.well-known/jwks.json
               tokentool fetch-key --oidc https://accounts.google.com
-              tokentool fetch-key --ca-file private-ca.pem --allow-domain .pda.example.org alice.pda.example.org
+              tokentool fetch-key --ca-file private-ca.pem \\
+                  --allow-domain .pda.example.org alice.pda.example.org
             """)
 
     @Argument(help: "A PDA host name, or a JWKS https:// URL (with --oidc: the issuer URL).")

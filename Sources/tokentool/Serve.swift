@@ -33,7 +33,7 @@ struct Serve: AsyncParsableCommand {
               tokentool serve
               tokentool serve --port 9000 --state /tmp/tt
               tokentool serve --config /etc/tokentool/server.json
-              tokentool serve --self-check      # start, call /v1/auth and /v1/certificates once, stop
+              tokentool serve --self-check   # start, call both endpoints once, then stop
             """)
 
     @Option(help: "JSON configuration file.")

@@ -10,8 +10,10 @@ struct Sign: ParsableCommand {
             "iat" is set to now and "exp" to now + --expires-in (default 3600 s) unless given.
 
             Examples:
-              tokentool sign --key issuer.key --iss https://issuer.example --sub user-1 --aud my-api
-              tokentool sign --key rsa.key --alg PS256 --claims '{"sub":"u1","role":"admin"}'
+              tokentool sign --key issuer.key --iss https://issuer.example \\
+                  --sub user-1 --aud my-api
+              tokentool sign --key rsa.key --alg PS256 --claims \\
+                  '{"sub":"u1","role":"admin"}'
               tokentool sign --secret-file hs256.bin --sub svc --expires-in 300
             """)
 

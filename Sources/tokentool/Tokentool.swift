@@ -21,7 +21,8 @@ struct Tokentool: AsyncParsableCommand {
             Try it:
               tokentool demo
               tokentool keygen ec --out device.key --public-out device.pub
-              tokentool sign --key device.key --sub user-1 --iss me --expires-in 3600 > token.jwt
+              tokentool sign --key device.key --sub user-1 --iss me \\
+                  --expires-in 3600 > token.jwt
               tokentool verify --key device.pub --iss me token.jwt
             """,
         subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self, Serve.self, Demo.self]

@@ -26,12 +26,15 @@ struct Verify: AsyncParsableCommand {
 
             Examples:
               tokentool verify --key issuer.pub token.jwt
-              tokentool verify --key jwks.json --iss https://issuer.example --aud my-api token.jwt
-              tokentool verify --secret-file hs256.bin --alg HS256 --max-age 2592000 token.jwt
+              tokentool verify --key jwks.json --iss https://issuer.example \\
+                  --aud my-api token.jwt
+              tokentool verify --secret-file hs256.bin --alg HS256 \\
+                  --max-age 2592000 token.jwt
               tokentool verify --key issuer.pub --json - < token.jwt
               tokentool verify --pda --application my-app hat-token.jwt
               tokentool verify --oidc https://tenant.eu.auth0.com/ --aud my-api token.jwt
-              tokentool verify --jwks https://idp.example/jwks.json --ca-file private-ca.pem token.jwt
+              tokentool verify --jwks https://idp.example/jwks.json \\
+                  --ca-file private-ca.pem token.jwt
             """)
 
     @Argument(help: "The token, a file holding it, or - for standard input (the default).")

@@ -11,7 +11,8 @@ struct CACRL: AsyncParsableCommand {
             Examples:
               tokentool ca crl --dir ca > crl.pem
               tokentool ca crl --dir ca --der --validity 3600 > crl.der
-              tokentool ca crl --dir /etc/tokentool/ca --store postgres://tokentool:secret@db:5432/tokentool
+              tokentool ca crl --dir /etc/tokentool/ca \\
+                  --store postgres://tokentool:secret@db:5432/tokentool
               openssl crl -in crl.pem -noout -text
             """)
 

@@ -12,7 +12,8 @@ struct CACommand: AsyncParsableCommand {
             Examples:
               tokentool ca init --dir ca --app-id my-app --name "My devices" --intermediate
               tokentool csr --out device.key > device.csr
-              tokentool ca issue --dir ca --csr device.csr --jwks https://idp.example/jwks.json token.jwt > device.pem
+              tokentool ca issue --dir ca --csr device.csr \\
+                  --jwks https://idp.example/jwks.json token.jwt > device.pem
               tokentool ca list --dir ca
               tokentool ca revoke --dir ca --reason keyCompromise 5f1c…
               tokentool ca crl --dir ca > crl.pem

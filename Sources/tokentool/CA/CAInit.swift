@@ -13,8 +13,10 @@ struct CAInit: ParsableCommand {
 
             Examples:
               tokentool ca init --dir ca --app-id 2f4e61b8 --name "Ditto app devices"
-              tokentool ca init --dir ca --app-id my-app --trust-domain-suffix peers.example.com --key-type p384 --intermediate
-              CA_PASS=… tokentool ca init --dir ca --app-id my-app --passphrase-env CA_PASS   # keys encrypted
+              tokentool ca init --dir ca --app-id my-app \\
+                  --trust-domain-suffix peers.example.com --key-type p384 --intermediate
+              # keys encrypted with the passphrase in $CA_PASS:
+              CA_PASS=… tokentool ca init --dir ca --app-id my-app --passphrase-env CA_PASS
             """)
 
     @Option(help: "Directory for the CA's files (created if missing).")

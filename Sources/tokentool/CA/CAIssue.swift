@@ -17,8 +17,10 @@ struct CAIssue: AsyncParsableCommand {
             Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
 
             Examples:
-              tokentool ca issue --dir ca --csr device.csr --key idp.pub --iss https://idp.example/ token.jwt > device.pem
-              tokentool ca issue --dir ca --csr device.csr --pda --validity 3600 hat-token.jwt
+              tokentool ca issue --dir ca --csr device.csr --key idp.pub \\
+                  --iss https://idp.example/ token.jwt > device.pem
+              tokentool ca issue --dir ca --csr device.csr --pda \\
+                  --validity 3600 hat-token.jwt
             """)
 
     @Option(help: "CA directory made by tokentool ca init.")

@@ -12,7 +12,8 @@ struct CAList: AsyncParsableCommand {
               tokentool ca list --dir ca
               tokentool ca list --dir ca --subject user-42
               tokentool ca list --dir ca --json
-              tokentool ca list --dir tokentool-state/ca --store sqlite:tokentool-state/ledger.sqlite
+              tokentool ca list --dir tokentool-state/ca \\
+                  --store sqlite:tokentool-state/ledger.sqlite
             """)
 
     @Option(help: "CA directory.")
