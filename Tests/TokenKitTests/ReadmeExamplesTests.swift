@@ -23,8 +23,9 @@ struct ReadmeExamplesTests {
             key: key,
             policy: ClaimsPolicy(maxAge: 30 * 24 * 3600, issuers: ["postman.hubat.net"]))
         let token = try verifier.verify(jwt)
-        print(token.claims.subject ?? "-", token.payload["application"] ?? .null)
+        print(token.claims.subject ?? "-", token.payload["application"]?.stringValue ?? "-")  // a String, not .string("…")
         // README: end
+        #expect(token.payload["application"]?.stringValue == "testing")
         // README: begin
         struct HATClaims: Decodable {
             let sub: String
@@ -51,6 +52,14 @@ struct ReadmeExamplesTests {
         ])
         let publicJWKS = try JWKSet(keys: [signingKey.publicKey]).jsonText()
         // README: end
+        // README: begin
+        let rsaKey = try JWTKey.generate(.rsa(bits: 2048), kid: "rsa-1")
+        let rsaToken = try JWTSigner(key: rsaKey).sign(claims: ["sub": .string("device-42"), "exp": .integer(now + 600)])
+        let rsaPublicPEM = try rsaKey.publicPEM()   // verifiers: JWTKey(pem: rsaPublicPEM, kid: "rsa-1")
+        // README: end
+        let rsaVerified = try JWTVerifier(key: JWTKey(pem: rsaPublicPEM, kid: "rsa-1")).verify(rsaToken)
+        #expect(rsaVerified.header.algorithm == .rs256 && rsaVerified.claims.subject == "device-42")
+        #expect(rsaKey.type == .rsa(bits: 2048))
         let jwksJSON = publicJWKS
         var accessToken = issued
         var outcomes: [String] = []
@@ -85,6 +94,19 @@ struct ReadmeExamplesTests {
         let hat = HATTokenVerifier(store: store, applications: ["my-app"])
         let identity = try await hat.verify(token)    // key from https://<iss>/publickey
         print(identity.pdaHost, identity.subject, identity.application ?? "-", identity.expiresAt)
+        // README: end
+        // README: begin
+        do {
+            let caller = try await hat.verify(token)
+            print("hello \(caller.subject)")
+        } catch {
+            switch error {
+            case .token(let refused) where refused.code == .expired: print("ask the client to refresh")
+            case .token(let refused): print("invalid token (401): \(refused.code)")
+            case .keys(let unavailable): print("PDA unreachable (503): \(unavailable.code)")
+            }
+            print(error.code, error.message)
+        }
         // README: end
         // README: begin
         let auth0 = RemoteJWTVerifier(
