@@ -17,6 +17,12 @@ public struct PeerCAError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let unsupportedKey = Code(rawValue: "unsupported_key")
         /// The verified token lacks what the issuance policy needs (subject, factors, a recent sign-in).
         public static let policyViolation = Code(rawValue: "policy_violation")
+        /// The sign-in lacks a factor (`amr`) the policy requires.
+        public static let factorRequired = Code(rawValue: "factor_required")
+        /// The sign-in's authentication context (`acr`) is not one the policy accepts.
+        public static let acrNotAccepted = Code(rawValue: "acr_not_accepted")
+        /// The latest sign-in (`auth_time`, else `iat`) is older than the policy allows, or unknown.
+        public static let signInTooOld = Code(rawValue: "sign_in_too_old")
         /// The token has expired, or would leave no validity for the certificate.
         public static let tokenExpired = Code(rawValue: "token_expired")
         /// The token's `jti` was already used for a certificate and its issuer allows one use.

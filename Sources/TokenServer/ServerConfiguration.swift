@@ -133,12 +133,39 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var issuers: [String]?
         /// Accepted audiences (the token's `aud` must contain one).
         public var audiences: [String]?
-        /// Permissions granted to this provider's users. Default: read and write everything.
+        /// Permissions granted to this provider's users. Required unless `permissionsClaim` is given.
         public var permissions: Permissions?
-        /// A claim holding Ditto permissions (`{"read": {...}, "write": {...}}`) that replaces them.
+        /// A claim holding Ditto permissions (`{"read": {...}, "write": {...}}`) that replaces them;
+        /// a claim not in that shape is a refusal (`invalid_permissions`), never a default.
         public var permissionsClaim: String?
         /// Trust HTTPS servers whose certificates chain to this PEM file (private PKI).
         public var caFile: String?
+        /// How the account UID is made: `claim` (default `sub`) after `prefix` (default
+        /// `<provider name>:`, so two providers' users with one `sub` stay two accounts).
+        public var account: Account?
+        /// Claims copied into the identity's profile. Default `email`, `name`, `picture`.
+        public var profileClaims: [String]?
+        /// What the sign-in must show: factors (`amr`), context (`acr`), recency.
+        public var factors: Factors?
+    }
+
+    /// A provider's account UID rule.
+    public struct Account: Sendable, Codable, Hashable {
+        /// The claim holding the user's ID at the provider. Default `sub`.
+        public var claim: String?
+        /// Put before it. Default `<provider name>:`; `""` for none.
+        public var prefix: String?
+    }
+
+    /// A provider's factor policy (each refusal has its own code: `factor_required`,
+    /// `acr_not_accepted`, `sign_in_too_old`).
+    public struct Factors: Sendable, Codable, Hashable {
+        /// `amr` values every sign-in must show, e.g. `["mfa"]`.
+        public var require: [String]?
+        /// Accepted `acr` values (any when absent).
+        public var acr: [String]?
+        /// The latest sign-in (`auth_time`, else `iat`) at most this many seconds ago.
+        public var maxSignInAgeSeconds: Double?
     }
 
     public var listen: Listen = Listen()
@@ -232,6 +259,15 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
                 try require(provider.issuers, "issuers")
             }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
+            if provider.permissions == nil, provider.permissionsClaim == nil {
+                throw ConfigurationError(
+                    key: "\(key).permissions",
+                    "must be stated: {\"read\": {\"everything\": …, \"queriesByCollection\": {…}}, \"write\": {…}} (Ditto's shape), or a permissionsClaim")
+            }
+            if let age = provider.factors?.maxSignInAgeSeconds, !(age > 0) {
+                throw ConfigurationError(key: "\(key).factors.maxSignInAgeSeconds", "must be more than 0")
+            }
+            if let claim = provider.account?.claim, claim.isEmpty { throw ConfigurationError(key: "\(key).account.claim", "must not be empty") }
         }
     }
 
@@ -282,7 +318,7 @@ extension ServerConfiguration {
         configuration.listen = Listen(host: "127.0.0.1", port: port)
         configuration.ca = CA(directory: (state as NSString).appendingPathComponent("ca"), appID: "dev", passphraseEnv: nil, createIfMissing: true)
         configuration.providers = [
-            "dev": Provider(type: .hs256, secretFile: secret, issuers: [devIssuer]),
+            "dev": Provider(type: .hs256, secretFile: secret, issuers: [devIssuer], permissions: .everything),
         ]
         return configuration
     }
@@ -295,8 +331,12 @@ extension ServerConfiguration {
 }
 
 extension ServerConfiguration.Provider {
-    init(type: ServerConfiguration.ProviderKind, secretFile: String? = nil, keyFile: String? = nil, url: String? = nil, issuer: String? = nil, issuers: [String]? = nil) {
+    init(
+        type: ServerConfiguration.ProviderKind, secretFile: String? = nil, keyFile: String? = nil, url: String? = nil, issuer: String? = nil,
+        issuers: [String]? = nil, permissions: ServerConfiguration.Permissions? = nil
+    ) {
         self.type = type
+        self.permissions = permissions
         self.secretFile = secretFile
         self.keyFile = keyFile
         self.url = url

@@ -41,8 +41,9 @@ public final class TokenService: Sendable {
         try configuration.validate()
         let (authority, settings) = try ServerCA.loadOrCreate(configuration, logger: logger)
         let store = try LedgerStore.open(configuration.ledgerLocation, logger: logger)
-        let ca = PeerCertificateAuthority(authority: authority, policy: try settings.issuancePolicy(), ledger: store.ledger)
-        let providers = try ProviderSet.build(configuration, logger: logger)
+        let policy = try settings.issuancePolicy()
+        let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: store.ledger)
+        let providers = try ProviderSet.build(configuration, caPolicy: policy, logger: logger)
         return TokenService(
             configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store)
     }
@@ -122,34 +123,24 @@ public final class TokenService: Sendable {
         } catch {
             return refusal(error, provider: request.providerName)
         }
+        let claims = outcome.token.payload  // parsed once
+        let permissions: JSONValue
+        do throws(ServiceRefusal) { permissions = try request.provider.permissions(claims) } catch {
+            return refusal(error, provider: request.providerName)
+        }
         let now = Date().timeIntervalSince1970
-        let expiration = outcome.token.claims.expiration ?? (now + Double(configuration.maxExpirationSeconds))
+        let expiration = outcome.identity.expiresAt.timeIntervalSince1970
         let seconds = max(0, min(Int(expiration - now), configuration.maxExpirationSeconds))
-        var userInfo = outcome.userInfo
-        userInfo["provider"] = .string(request.providerName)
-        if let issuer = outcome.token.claims.issuer { userInfo["issuer"] = .string(issuer) }
-        let claims = outcome.token.payload  // parsed once, for the name and the permissions claim
-        if let name = claims["name"]?.stringValue { userInfo["name"] = .string(name) }
+        var userInfo = outcome.identity.jsonValue.objectValue ?? [:]
+        userInfo.merge(outcome.userInfo) { $1 }
         let response: JSONValue = .object([
             "authenticate": .bool(true), "authenticated": .bool(true), "expirationSeconds": .integer(seconds),
-            "userID": .string(outcome.token.claims.subject ?? ""),
-            "permissions": permissions(request.provider, claims),
+            "userID": .string(outcome.identity.accountUID),
+            "permissions": permissions,
             "userInfo": .object(userInfo),
         ])
         Counter(label: "tokenserver_auth_decisions_total", dimensions: [("provider", request.providerName), ("result", "accepted")]).increment()
         return .json(200, response)
-    }
-
-    func permissions(_ provider: ProviderVerifier, _ claims: [String: JSONValue]) -> JSONValue {
-        if let claim = provider.permissionsClaim, case .object(let value)? = claims[claim],
-            case .object(let read)? = value["read"], case .object(let write)? = value["write"]
-        {
-            return .object(["read": .object(read), "write": .object(write)])
-        }
-        func permission(_ p: ServerConfiguration.Permission) -> JSONValue {
-            .object(["everything": .bool(p.everything), "queriesByCollection": .object(p.queriesByCollection.mapValues { .string($0) })])
-        }
-        return .object(["read": permission(provider.permissions.read), "write": permission(provider.permissions.write)])
     }
 
     /// Why a token was refused, as the webhook says it.
@@ -157,6 +148,8 @@ public final class TokenService: Sendable {
         let (code, message): (String, String)
         switch error {
         case let error as TokenError: (code, message) = (error.code.rawValue, error.message)
+        case let error as PeerCAError: (code, message) = (error.code.rawValue, error.message)
+        case let error as ServiceRefusal: (code, message) = (error.code, error.message)
         case let error as KeySourceError:
             logger.warning("provider keys unavailable", metadata: ["provider": "\(provider)", "code": "\(error.code)"])
             return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now (\(error.code.rawValue))")
@@ -181,6 +174,8 @@ public final class TokenService: Sendable {
             outcome = try await request.provider.verify(request.token)
         } catch let error as TokenError {
             return .error(401, error.code.rawValue, error.message)
+        } catch let error as PeerCAError {
+            return .error(403, error.code.rawValue, error.message)
         } catch {
             return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
         }
@@ -193,17 +188,18 @@ public final class TokenService: Sendable {
                 }
                 validity = seconds
             }
-            let issued = try await ca.issue(token: outcome.token, csr: csr, validity: validity)
+            let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
             Counter(label: "tokenserver_certificates_issued_total", dimensions: [("provider", request.providerName)]).increment()
             return .json(200, .object([
                 "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
                 "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "spiffeID": .string(issued.identity.spiffeID),
+                "identity": issued.identity.jsonValue,
             ]))
         } catch {
             let status: Int
             switch error.code {
             case .invalidCSR, .badCSRSignature, .unsupportedKey: status = 400
-            case .policyViolation, .tokenReused, .tokenExpired: status = 403
+            case .policyViolation, .tokenReused, .tokenExpired, .factorRequired, .acrNotAccepted, .signInTooOld: status = 403
             default:
                 logger.error("issuance failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
                 status = 500

@@ -9,7 +9,7 @@ struct RemoteOptions: ParsableArguments {
     @Option(name: .customLong("ca-file"), help: "PEM file of the CA certificates that issuers' HTTPS certificates must chain to (private PKI). Default: the system's trust store.")
     var caFile: String?
 
-    @Option(name: .customLong("allow-domain"), help: "PDA host suffix to accept instead of the HAT defaults (.hubat.net, .hubofallthings.net); repeatable.")
+    @Option(name: .customLong("allow-domain"), help: "PDA host suffix to accept instead of the HAT defaults (.hubat.net, .hubofallthings.net, .hat.direct); repeatable.")
     var allowDomain: [String] = []
 
     @Option(name: .customLong("resolve"), help: "HOST=ADDRESS: connect to ADDRESS for HOST (TLS still checks HOST); repeatable. For tests and split-horizon DNS.")

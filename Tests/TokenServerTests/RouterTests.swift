@@ -48,7 +48,7 @@ struct RouterTests {
                 uri: "/v1/auth", method: .post, body: fixture.body(["appID": .string("dev"), "provider": .string("dev"), "token": .string(try fixture.token())]))
             #expect(accepted.status == .ok)
             #expect(try Self.json(accepted)["authenticate"] == .bool(true))
-            #expect(try Self.json(accepted)["userID"] == .string("router-user"))
+            #expect(try Self.json(accepted)["userID"] == .string("dev:router-user"))
 
             let refused = try await client.execute(
                 uri: "/v1/auth", method: .post, body: fixture.body(["provider": .string("dev"), "token": .string(try fixture.token(issuer: "someone-else"))]))
@@ -112,6 +112,109 @@ struct RouterTests {
             #expect(oneSecond == .ok, "\(oneSecondAnswer)")
             let notAfter = try #require(oneSecondAnswer["notAfter"]?.stringValue.flatMap { ISO8601DateFormatter().date(from: $0) })
             #expect(abs(notAfter.timeIntervalSinceNow) <= 2)
+        }
+    }
+
+    /// Identity, factors and permissions per provider (the identity-and-sessions issue).
+    struct Providers {
+        let service: TokenService
+        let secret: [UInt8]
+
+        init() async throws {
+            let state = try temporaryDirectory()
+            var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+            let dev = try #require(configuration.providers["dev"])
+            var other = dev
+            other.account = ServerConfiguration.Account(claim: nil, prefix: nil)
+            var strict = dev
+            strict.factors = ServerConfiguration.Factors(require: ["mfa"], acr: ["urn:example:loa:2"], maxSignInAgeSeconds: 600)
+            strict.account = ServerConfiguration.Account(claim: "email", prefix: "")
+            var claimed = dev
+            claimed.permissions = nil
+            claimed.permissionsClaim = "ditto"
+            configuration.providers = ["dev": dev, "other": other, "strict": strict, "claimed": claimed]
+            service = try await TokenService.start(configuration: configuration, logger: Logger(label: "router-tests"))
+            secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
+        }
+
+        func token(_ extra: [String: JSONValue] = [:]) throws -> String {
+            let now = Int(Date().timeIntervalSince1970)
+            var claims: [String: JSONValue] = [
+                "iss": .string(ServerConfiguration.devIssuer), "sub": .string("same-sub"), "iat": .integer(now), "exp": .integer(now + 600),
+                "email": .string("ada@example.com"),
+            ]
+            claims.merge(extra) { $1 }
+            return try JWTSigner(key: try JWTKey.hmac(secret: secret)).sign(claims: claims)
+        }
+    }
+
+    @Test func identitiesArePerProviderAndFactorsAndPermissionsAreChecked() async throws {
+        let fixture = try await Providers()
+        let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
+        try await app.test(.router) { client in
+            func post(_ path: String, _ object: [String: JSONValue]) async throws -> (HTTPResponse.Status, [String: JSONValue]) {
+                let response = try await client.execute(uri: path, method: .post, body: ByteBuffer(string: JSONValue.object(object).compactText))
+                return (response.status, try Self.json(response))
+            }
+            func auth(_ provider: String, _ token: String) async throws -> [String: JSONValue] {
+                try await post("/v1/auth", ["provider": .string(provider), "token": .string(token)]).1
+            }
+            func code(_ answer: [String: JSONValue]) -> String? { answer["error"]?.objectValue?["code"]?.stringValue }
+            let plain = try fixture.token()
+
+            // Two providers whose users share a sub: two accounts.
+            let viaDev = try await auth("dev", plain)
+            let viaOther = try await auth("other", plain)
+            #expect(viaDev["userID"] == .string("dev:same-sub"))
+            #expect(viaOther["userID"] == .string("other:same-sub"))
+            let info = try #require(viaDev["userInfo"]?.objectValue)
+            #expect(info["provider"] == .string("dev"))
+            #expect(info["providerUID"] == .string("same-sub"))
+            #expect(info["profile"]?.objectValue?["email"] == .string("ada@example.com"))
+            guard case .array(let factors)? = info["factors"] else { Issue.record("no factors: \(info)"); return }
+            #expect(factors.first?.objectValue?["method"] == .string("token"))
+
+            // A policy requiring mfa (with an acr and a recent sign-in): each refusal its own code.
+            #expect(code(try await auth("strict", plain)) == "factor_required")
+            let mfa = try fixture.token(["amr": .array([.string("pwd"), .string("mfa")]), "acr": .string("urn:example:loa:2")])
+            let accepted = try await auth("strict", mfa)
+            #expect(accepted["authenticate"] == .bool(true), "\(accepted)")
+            #expect(accepted["userID"] == .string("ada@example.com"), "the account rule: claim email, no prefix")
+            #expect(accepted["userInfo"]?.objectValue?["acr"] == .string("urn:example:loa:2"))
+            let wrongContext = try fixture.token(["amr": .array([.string("mfa")]), "acr": .string("urn:example:loa:1")])
+            #expect(code(try await auth("strict", wrongContext)) == "acr_not_accepted")
+            let stale = try fixture.token([
+                "amr": .array([.string("mfa")]), "acr": .string("urn:example:loa:2"), "auth_time": .integer(Int(Date().timeIntervalSince1970) - 3600),
+            ])
+            #expect(code(try await auth("strict", stale)) == "sign_in_too_old")
+            // The same rules on issuance, as 403s; nothing is issued.
+            let (refusedStatus, refused) = try await post("/v1/certificates", ["provider": .string("strict"), "token": .string(plain), "csr": .string(csr)])
+            #expect(refusedStatus == .forbidden)
+            #expect(code(refused) == "factor_required")
+            let (issuedStatus, issued) = try await post("/v1/certificates", ["provider": .string("strict"), "token": .string(mfa), "csr": .string(csr)])
+            #expect(issuedStatus == .ok, "\(issued)")
+            #expect(issued["identity"]?.objectValue?["account"] == .string("ada@example.com"))
+            #expect(try await fixture.service.ca.ledger.recent(limit: 10).count == 1)
+
+            // A permissions claim must have Ditto's shape; a malformed one is a refusal, never a default.
+            let good: JSONValue = .object([
+                "read": .object(["everything": .bool(true), "queriesByCollection": .object([:])]),
+                "write": .object(["everything": .bool(false), "queriesByCollection": .object(["cars": .string("owner == 'ada'")])]),
+            ])
+            let withClaim = try await auth("claimed", try fixture.token(["ditto": good]))
+            #expect(withClaim["permissions"] == good)
+            for bad: JSONValue in [
+                .string("all"), .object(["read": .object(["everything": .bool(true)])]),
+                .object(["read": .object(["everything": .string("yes")]), "write": .object(["everything": .bool(false)])]),
+                .object(["read": .object(["everything": .bool(true), "queriesByCollection": .object(["c": .integer(1)])]), "write": .object(["everything": .bool(false)])]),
+                .object(["read": .object(["everything": .bool(true)]), "write": .object(["everything": .bool(false)]), "admin": .bool(true)]),
+            ] {
+                let answer = try await auth("claimed", try fixture.token(["ditto": bad]))
+                #expect(answer["authenticate"] == .bool(false))
+                #expect(code(answer) == "invalid_permissions", "\(bad)")
+            }
+            #expect(code(try await auth("claimed", plain)) == "missing_permissions")
         }
     }
 

@@ -9,15 +9,15 @@
 /// (`pda.example.org`) matches that name and its sub-domains.
 ///
 /// ```swift
-/// let hat = IssuerAllowList.hat   // .hubat.net, .hubofallthings.net
+/// let hat = IssuerAllowList.hat   // .hubat.net, .hubofallthings.net, .hat.direct
 /// let host = try hat.host(forIssuer: "postman.hubat.net")   // "postman.hubat.net"
 /// ```
 public struct IssuerAllowList: Sendable, Hashable {
     /// The accepted suffixes, lower-cased.
     public let suffixes: [String]
 
-    /// HAT's public PDA domains: `.hubat.net` and `.hubofallthings.net`.
-    public static let hat = IssuerAllowList(uncheckedSuffixes: [".hubat.net", ".hubofallthings.net"])
+    /// HAT's public PDA domains: `.hubat.net`, `.hubofallthings.net` and `.hat.direct`.
+    public static let hat = IssuerAllowList(uncheckedSuffixes: [".hubat.net", ".hubofallthings.net", ".hat.direct"])
 
     /// An allow-list of DNS suffixes. Each must itself be a valid host name (optionally with a
     /// leading dot); an empty list is refused, since it would allow nothing.

@@ -25,6 +25,13 @@ public struct IssuancePolicy: Sendable {
     public var maximumSignInAge: TimeInterval?
     /// Claim holding the account's user ID. Default `sub`.
     public var accountClaim = "sub"
+    /// Put before the account claim's value to make the account UID, so two providers' users with
+    /// the same `sub` stay two accounts (a server's providers use `<provider>:`). Default none.
+    public var accountPrefix = ""
+    /// Claims copied into ``PeerIdentity/profile`` when they are strings.
+    public var profileClaims = ["email", "name", "picture"]
+    /// Factors, context and sign-in age the token must show (each refusal with its own code).
+    public var factorPolicy = FactorPolicy()
     /// Claim holding permissions (an array of strings, or a space-separated string such as `scope`), if any.
     public var permissionsClaim: String?
     /// Permissions every identity gets.
@@ -54,8 +61,12 @@ public struct IssuancePolicy: Sendable {
         guard let subject = token.claims.subject, !subject.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"sub\"") }
         guard let expiration = token.claims.expirationDate else { throw PeerCAError(.policyViolation, "the token has no \"exp\"") }
         guard expiration > now else { throw PeerCAError(.tokenExpired, "the token expired at \(expiration)") }
-        guard let account = payload[accountClaim]?.stringValue, !account.isEmpty, account.utf8.count <= 64 else {
-            throw PeerCAError(.policyViolation, "the token's \"\(accountClaim)\" must be a string of 1 to 64 bytes (it becomes the CN)")
+        guard let claimed = payload[accountClaim]?.stringValue, !claimed.isEmpty else {
+            throw PeerCAError(.policyViolation, "the token's \"\(accountClaim)\" must be a non-empty string (it names the account)")
+        }
+        let account = accountPrefix + claimed
+        guard account.utf8.count <= 64 else {
+            throw PeerCAError(.policyViolation, "the account UID \"\(String(account.prefix(40)))…\" is longer than 64 bytes (it becomes the CN)")
         }
         let authTime = payload["auth_time"]?.doubleValue.map { Date(timeIntervalSince1970: $0) } ?? token.claims.issuedAtDate
         var factors: [AuthenticationFactor] = []
@@ -89,9 +100,14 @@ public struct IssuancePolicy: Sendable {
             default: throw PeerCAError(.policyViolation, "\"\(permissionsClaim)\" must be a string or an array of strings")
             }
         }
-        return PeerIdentity(
+        var profile: [String: String] = [:]
+        for claim in profileClaims { if let value = payload[claim]?.stringValue { profile[claim] = value } }
+        let identity = PeerIdentity(
             trustDomain: trustDomain, accountUID: account, provider: provider, issuer: issuer, providerUID: subject,
             displayName: payload["name"]?.stringValue, expiresAt: expiration, factors: factors, permissions: permissions,
-            tokenID: token.claims.id)
+            tokenID: token.claims.id, profile: profile, authenticationContext: payload["acr"]?.stringValue,
+            issuedAt: token.claims.issuedAtDate)
+        try factorPolicy.check(identity, now: now)
+        return identity
     }
 }

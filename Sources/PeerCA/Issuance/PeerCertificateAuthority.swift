@@ -58,8 +58,20 @@ public final class PeerCertificateAuthority: Sendable {
 
     /// Issues a certificate for an already validated CSR.
     public func issue(token: VerifiedToken, csr: ValidatedCSR, validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
+        let identity = try policy.identity(for: token, now: Date(timeIntervalSince1970: clock.now))
+        return try await issue(identity: identity, csr: csr, validity: validity)
+    }
+
+    /// Issues a certificate to an identity established elsewhere (a server that derives
+    /// identities with per-provider rules, ``IssuancePolicy/identity(for:now:)`` of its own copy of
+    /// the policy). The trust domain must be this CA's; validity and token reuse follow this CA's
+    /// policy.
+    public func issue(identity: PeerIdentity, csr: ValidatedCSR, validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
         let now = Date(timeIntervalSince1970: clock.now)
-        let identity = try policy.identity(for: token, now: now)
+        guard identity.trustDomain == policy.trustDomain else {
+            throw PeerCAError(.policyViolation, "the identity is in trust domain \(identity.trustDomain), not this CA's \(policy.trustDomain)")
+        }
+        guard identity.expiresAt > now else { throw PeerCAError(.tokenExpired, "the token expired at \(identity.expiresAt)") }
         var notAfter = min(now.addingTimeInterval(policy.maximumValidity), identity.expiresAt)
         // Whole seconds: what a certificate can say.
         let second = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))

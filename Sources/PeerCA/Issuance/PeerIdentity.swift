@@ -25,6 +25,12 @@ public struct PeerIdentity: Sendable, Hashable, Codable {
     public let permissions: [String]
     /// The token's `jti`, if any.
     public let tokenID: String?
+    /// Profile claims the policy copies (by default `email`, `name`, `picture`), when they are strings.
+    public let profile: [String: String]
+    /// The authentication context class the provider reports (`acr`), if any.
+    public let authenticationContext: String?
+    /// When the token was issued (`iat`), if it says.
+    public let issuedAt: Date?
 
     /// `spiffe://<trust domain>/<issuer>/<subject>`, each path segment restricted to SPIFFE's
     /// characters (a segment that needs others is written `_x` + hex of its UTF-8, so distinct
