@@ -18,6 +18,8 @@ import TokenKit
 /// |---|---|
 /// | `POST /v1/auth` | the authentication webhook (Ditto's JSON) |
 /// | `POST /v1/certificates` | `{provider, token, csr}` → PEM chain, serial, notAfter |
+/// | `POST /v1/logout` | `{provider, token}` → the account's certificates revoked, its sessions ended |
+/// | `POST /v1/admin/revoke` | `Authorization: Bearer …`, `{serial | account, reason?}` |
 /// | `GET /v1/ca` | the CA root (PEM) |
 /// | `GET /v1/crl` | a signed CRL (DER) |
 /// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
@@ -44,6 +46,15 @@ public enum TokenHTTPServer {
         router.post("/v1/certificates") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
             return try await withTimeout(timeout) { await service.issueCertificate(body) }.http
+        }
+        router.post("/v1/logout") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            return try await withTimeout(timeout) { await service.logout(body) }.http
+        }
+        router.post("/v1/admin/revoke") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            let authorization = request.headers[.authorization]
+            return try await withTimeout(timeout) { await service.adminRevoke(body, authorization: authorization) }.http
         }
         router.get("/v1/ca") { _, _ -> Response in
             ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)).http

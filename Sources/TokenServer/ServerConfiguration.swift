@@ -168,6 +168,20 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var maxSignInAgeSeconds: Double?
     }
 
+    /// Sessions: how often the ended-sessions list (logouts, revocations by account) is reloaded
+    /// from the ledger, so an end made through another instance is seen.
+    public struct Sessions: Sendable, Codable, Hashable {
+        /// Seconds between reloads. Default 1.
+        public var refreshSeconds: Double?
+    }
+
+    /// The administrator's credential for `POST /v1/admin/revoke`.
+    public struct Admin: Sendable, Codable, Hashable {
+        /// A file (mode 0600) whose content, less surrounding whitespace, is the bearer secret
+        /// (at least 16 bytes).
+        public var tokenFile: String
+    }
+
     public var listen: Listen = Listen()
     public var tls: TLS?
     /// Directory for state (dev CA, ledger) when `ca`/`store` are not given. Default `tokentool-state`.
@@ -177,10 +191,12 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public var store: String?
     public var limits: Limits?
     public var providers: [String: Provider] = [:]
+    public var sessions: Sessions?
+    public var admin: Admin?
 
     public init() {}
 
-    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers }
+    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin }
 
     /// Keys that are left out take their defaults.
     public init(from decoder: any Decoder) throws {
@@ -192,6 +208,8 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         store = try container.decodeIfPresent(String.self, forKey: .store)
         limits = try container.decodeIfPresent(Limits.self, forKey: .limits)
         providers = try container.decodeIfPresent([String: Provider].self, forKey: .providers) ?? [:]
+        sessions = try container.decodeIfPresent(Sessions.self, forKey: .sessions)
+        admin = try container.decodeIfPresent(Admin.self, forKey: .admin)
     }
 
     /// Parses and validates a configuration file's JSON.
@@ -238,6 +256,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         if let maxExpiration = limits?.maxExpirationSeconds, !(60...(30 * 86_400)).contains(maxExpiration) {
             throw ConfigurationError(key: "limits.maxExpirationSeconds", "must be 60 to 2592000")
         }
+        if let refresh = sessions?.refreshSeconds, !(refresh >= 0.05 && refresh <= 300) {
+            throw ConfigurationError(key: "sessions.refreshSeconds", "must be 0.05 to 300")
+        }
         guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
         for (name, provider) in providers {
             let key = "providers.\(name)"
@@ -272,6 +293,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     }
 
     var maxBodyBytes: Int { limits?.maxBodyBytes ?? 64 * 1024 }
+    var sessionRefresh: Duration { .milliseconds(Int64((sessions?.refreshSeconds ?? 1) * 1000)) }
     var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
     var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
     var stateDirectory: String { state ?? "tokentool-state" }

@@ -44,32 +44,58 @@ public final class TokenService: Sendable {
         let policy = try settings.issuancePolicy()
         let ca = PeerCertificateAuthority(authority: authority, policy: policy, ledger: store.ledger)
         let providers = try ProviderSet.build(configuration, caPolicy: policy, logger: logger)
+        var adminToken: [UInt8]?
+        if let admin = configuration.admin {
+            adminToken = try AdminCredential.read(admin.tokenFile)
+        }
         return TokenService(
-            configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store)
+            configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store,
+            sessions: SessionDenyList(ledger: store.ledger, refreshInterval: configuration.sessionRefresh, logger: logger),
+            adminToken: adminToken)
     }
 
     let store: LedgerStore
+    /// Ended sessions (logouts, revocations by account), reloaded from the ledger.
+    let sessions: SessionDenyList
+    /// The administrator's bearer secret, when `admin` is configured.
+    let adminToken: [UInt8]?
 
-    init(configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?, store: LedgerStore) {
+    init(
+        configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?,
+        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?
+    ) {
         self.configuration = configuration
         self.ca = ca
         self.providers = providers
         self.logger = logger
         self.appID = appID
         self.store = store
+        self.sessions = sessions
+        self.adminToken = adminToken
     }
 
-    /// What must run while the service is in use: the ledger's connection pool (PostgreSQL).
-    public var services: [any Service] { store.services }
+    /// What must run while the service is in use: the ledger's connection pool (PostgreSQL) and
+    /// the reloading of the ended-sessions list.
+    public var services: [any Service] { store.services + [sessions] }
 
-    /// Makes the ledger's tables if needed (PostgreSQL); needs ``services`` running.
+    /// Makes the ledger's tables if needed (PostgreSQL) and loads the ended sessions; needs
+    /// ``services`` running.
     public func prepare() async throws {
         try await store.prepare()
+        try await sessions.reload()
     }
 
     /// Closes the HTTP clients of remote providers. (The ledger closes with its services.)
     public func shutdown() async {
         await providers.shutdown()
+    }
+
+    /// Verifies a request's token with its provider and derives the identity, refusing an
+    /// account whose sessions have ended since the token was issued.
+    func verifiedCaller(_ request: Request) async throws -> ProviderVerifier.Outcome {
+        let outcome = try await request.provider.verify(request.token)
+        try sessions.check(outcome.identity)
+        return outcome
     }
 
     // MARK: Requests
@@ -119,7 +145,7 @@ public final class TokenService: Sendable {
         }
         let outcome: ProviderVerifier.Outcome
         do {
-            outcome = try await request.provider.verify(request.token)
+            outcome = try await verifiedCaller(request)
         } catch {
             return refusal(error, provider: request.providerName)
         }
@@ -171,11 +197,13 @@ public final class TokenService: Sendable {
         }
         let outcome: ProviderVerifier.Outcome
         do {
-            outcome = try await request.provider.verify(request.token)
+            outcome = try await verifiedCaller(request)
         } catch let error as TokenError {
             return .error(401, error.code.rawValue, error.message)
         } catch let error as PeerCAError {
             return .error(403, error.code.rawValue, error.message)
+        } catch let error as ServiceRefusal {
+            return .error(401, error.code, error.message)
         } catch {
             return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
         }
@@ -205,6 +233,98 @@ public final class TokenService: Sendable {
                 status = 500
             }
             return .error(status, error.code.rawValue, error.message)
+        }
+    }
+
+    /// Logout (`POST /v1/logout`, `{provider, token}`, authenticated by the user's own token):
+    /// revokes every unexpired certificate of the account and ends its sessions, so its tokens
+    /// issued before now are refused — on every instance sharing the ledger — until they expire.
+    /// → `{account, revoked: [serial], endedAt}`.
+    public func logout(_ body: [UInt8]) async -> ServiceResponse {
+        let request: Request
+        switch parse(body, needs: ["provider", "token"]) {
+        case .failure(let error): return error.response
+        case .success(let parsed): request = parsed
+        }
+        let outcome: ProviderVerifier.Outcome
+        do {
+            outcome = try await verifiedCaller(request)
+        } catch let error as TokenError {
+            return .error(401, error.code.rawValue, error.message)
+        } catch let error as PeerCAError {
+            return .error(403, error.code.rawValue, error.message)
+        } catch let error as ServiceRefusal {
+            return .error(401, error.code, error.message)
+        } catch {
+            return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
+        }
+        return await endSessions(of: outcome.identity.accountUID, reason: .cessationOfOperation, by: "logout")
+    }
+
+    /// Revokes an account's certificates and ends its sessions; the answer lists what was revoked.
+    func endSessions(of account: String, reason: LedgerEntry.RevocationReason, by: String) async -> ServiceResponse {
+        let now = Date()
+        do {
+            let revoked = try await ca.ledger.revokeAccount(account, reason: reason, at: now)
+            sessions.note(account, endedAt: now)
+            Counter(label: "tokenserver_sessions_ended_total", dimensions: [("by", by)]).increment()
+            logger.notice("sessions ended", metadata: ["account": "\(account)", "by": "\(by)", "revoked": "\(revoked.count)"])
+            return .json(200, .object([
+                "account": .string(account), "revoked": .array(revoked.map { .string($0.serial) }),
+                "endedAt": .string(ISO8601DateFormatter().string(from: now)), "reason": .string(reason.name),
+            ]))
+        } catch {
+            logger.error("ending sessions failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
+            return .error(error.code == .invalidRequest ? 400 : 500, error.code.rawValue, error.message)
+        }
+    }
+
+    /// An administrator's revocation (`POST /v1/admin/revoke`, `Authorization: Bearer <secret>`):
+    /// `{serial, reason?}` revokes one certificate, `{account, reason?}` every certificate of an
+    /// account and its sessions. Reasons are RFC 5280's names (default `unspecified`).
+    public func adminRevoke(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
+        guard let adminToken else {
+            return .error(404, "admin_disabled", "no admin credential is configured (admin.tokenFile)")
+        }
+        guard let authorization, AdminCredential.matches(authorization, adminToken) else {
+            Counter(label: "tokenserver_admin_refusals_total").increment()
+            return .error(401, "unauthorized", "an admin bearer credential is required")
+        }
+        guard let value = try? JSONValue.parse(body), case .object(let object) = value else {
+            return .error(400, "invalid_request", "the body must be a JSON object")
+        }
+        if let extra = object.keys.first(where: { !["serial", "account", "reason"].contains($0) }) {
+            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
+        }
+        var reason = LedgerEntry.RevocationReason.unspecified
+        if let given = object["reason"] {
+            guard let name = given.stringValue, let parsed = LedgerEntry.RevocationReason(name: name) else {
+                let names = LedgerEntry.RevocationReason.allCases.map(\.name).joined(separator: ", ")
+                return .error(400, "invalid_request", "\"reason\" must be one of \(names)")
+            }
+            reason = parsed
+        }
+        switch (object["serial"], object["account"]) {
+        case (let serial?, nil):
+            guard let serial = serial.stringValue, !serial.isEmpty, serial.utf8.count <= 64, serial.allSatisfy(\.isHexDigit) else {
+                return .error(400, "invalid_request", "\"serial\" must be a hex string")
+            }
+            do {
+                let entry = try await ca.revoke(serial: serial, reason: reason)
+                logger.notice("certificate revoked by an admin", metadata: ["serial": "\(entry.serial)"])
+                return .json(200, .object([
+                    "revoked": .array([.string(entry.serial)]), "account": .string(entry.commonName), "reason": .string(reason.name),
+                ]))
+            } catch {
+                return .error(error.code == .notFound ? 404 : 500, error.code.rawValue, error.message)
+            }
+        case (nil, let account?):
+            guard let account = account.stringValue, !account.isEmpty, account.utf8.count <= 64 else {
+                return .error(400, "invalid_request", "\"account\" must be a string of 1 to 64 bytes")
+            }
+            return await endSessions(of: account, reason: reason, by: "admin")
+        default:
+            return .error(400, "invalid_request", "give exactly one of \"serial\" and \"account\"")
         }
     }
 

@@ -15,10 +15,16 @@ struct ContractTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     @Test func liveResponsesMatchTheDocument() async throws {
-        let recorded = try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 3600) }) { server in
+        let adminFile = try temporaryDirectory().appendingPathComponent("admin.token").path
+        let adminSecret = "contract-" + UUID().uuidString
+        try SecureFile.writeNew(adminFile, Array(adminSecret.utf8), mode: 0o600)
+        let recorded = try await LiveServer.with(configure: {
+            $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 3600)
+            $0.admin = ServerConfiguration.Admin(tokenFile: adminFile)
+        }) { server in
             var recorded: [JSONValue] = []
-            func record(_ method: HTTPMethod, _ path: String, _ body: [UInt8]?) async throws {
-                let (status, bytes, headers) = try await server.request(method, path, body: body)
+            func record(_ method: HTTPMethod, _ path: String, _ body: [UInt8]?, headers: [String: String] = [:]) async throws {
+                let (status, bytes, headers) = try await server.request(method, path, body: body, headers: headers)
                 let contentType = headers.first(name: "content-type") ?? ""
                 let json: JSONValue = contentType.hasPrefix("application/json") ? try JSONValue.parse(bytes) : .null
                 recorded.append(.object([
@@ -42,9 +48,20 @@ struct ContractTests {
             try await record(.GET, "/v1/crl", nil)
             try await record(.GET, "/healthz", nil)
             try await record(.GET, "/metrics", nil)
+            // Sessions: logout (and a refused one), the admin's revocations and refusals.
+            let admin = ["authorization": "Bearer \(adminSecret)"]
+            let (_, issued) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(try server.token(["sub": .string("x")])), "csr": .string(csr)])
+            let serial = issued["serial"]?.stringValue ?? ""
+            try await record(.POST, "/v1/logout", json(["provider": .string("dev"), "token": .string(good)]))
+            try await record(.POST, "/v1/logout", json(["provider": .string("dev"), "token": .string("a.b.c")]))
+            try await record(.POST, "/v1/admin/revoke", json(["serial": .string(serial)]))
+            try await record(.POST, "/v1/admin/revoke", json(["serial": .string(serial), "account": .string("dev:x")]), headers: admin)
+            try await record(.POST, "/v1/admin/revoke", json(["serial": .string("abcdef")]), headers: admin)
+            try await record(.POST, "/v1/admin/revoke", json(["serial": .string(serial), "reason": .string("superseded")]), headers: admin)
+            try await record(.POST, "/v1/admin/revoke", json(["account": .string("dev:x")]), headers: admin)
             return recorded
         }
-        #expect(recorded.count == 13)
+        #expect(recorded.count == 20)
         let dir = try temporaryDirectory()
         let file = dir.appendingPathComponent("responses.json")
         try JSONValue.array(recorded).prettyText.write(to: file, atomically: true, encoding: .utf8)
@@ -53,6 +70,6 @@ struct ContractTests {
             Self.root.appendingPathComponent("scripts/check_openapi.py").path, Self.root.appendingPathComponent("docs/openapi.json").path, file.path,
         ])
         #expect(result.status == 0, "\(result.out)\(result.err)")
-        #expect(result.out.contains("13 passed, 0 failed"), "\(result.out)\(result.err)")
+        #expect(result.out.contains("20 passed, 0 failed"), "\(result.out)\(result.err)")
     }
 }

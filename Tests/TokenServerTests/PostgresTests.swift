@@ -21,6 +21,7 @@ struct PostgresTests {
             configuration.store = url
             configuration.ca?.directory = caDirectory
             configuration.ca?.tokenReuse = .oncePerTokenID
+            configuration.sessions = ServerConfiguration.Sessions(refreshSeconds: 0.2)
         }
         let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
         try await LiveServer.with(configure: shared) { first in
@@ -62,6 +63,40 @@ struct PostgresTests {
                 let list = try RevocationList(crl.body, issuer: second.service.ca.authority.issuer)
                 #expect(list.revoked[serial] != nil)
                 #expect(list.revoked.count == 1)
+
+                // A logout through the second instance: the first refuses the account's token
+                // (once it has reloaded the ended sessions), and both CRLs and OCSP answers show
+                // the account's certificate revoked.
+                let session = try first.token(["sub": .string("roaming")])
+                let (issuedStatus, issued) = try await first.json(
+                    "/v1/certificates", ["provider": .string("dev"), "token": .string(session), "csr": .string(csr)])
+                #expect(issuedStatus == 200)
+                let sessionSerial = try #require(issued["serial"]?.stringValue)
+                let chain = try #require(issued["certificate"]?.stringValue)
+                #expect(try await first.json("/v1/auth", ["provider": .string("dev"), "token": .string(session)]).json["authenticate"] == .bool(true))
+                let (logoutStatus, logout) = try await second.json("/v1/logout", ["provider": .string("dev"), "token": .string(session)])
+                #expect(logoutStatus == 200, "\(logout)")
+                var refusedByFirst = false
+                for _ in 0..<50 where !refusedByFirst {
+                    let answer = try await first.json("/v1/auth", ["provider": .string("dev"), "token": .string(session)]).json
+                    refusedByFirst = answer["error"].errorCode == "session_ended"
+                    if !refusedByFirst { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                #expect(refusedByFirst, "the first instance never refused the logged-out account's token")
+                let dir = try temporaryDirectory()
+                let openssl = try #require(which("openssl"))
+                let parts = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
+                try parts[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
+                try parts[1].write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+                let root = String(decoding: try await first.request(.GET, "/v1/ca").body, as: UTF8.self)
+                try (root + parts[1]).write(to: dir.appendingPathComponent("cas.pem"), atomically: true, encoding: .utf8)
+                for instance in [first, second] {
+                    let crl = try RevocationList(try await instance.request(.GET, "/v1/crl").body, issuer: instance.service.ca.authority.issuer)
+                    #expect(crl.revoked[sessionSerial] != nil)
+                    let ocsp = try await runDetached(
+                        openssl, ["ocsp", "-issuer", "issuer.pem", "-cert", "leaf.pem", "-url", instance.base + "/v1/ocsp", "-CAfile", "cas.pem"], cwd: dir)
+                    #expect(ocsp.out.contains("leaf.pem: revoked"), "\(ocsp.out)\(ocsp.err)")
+                }
             }
         }
     }

@@ -82,9 +82,12 @@ struct LiveServer {
     }
 
     @discardableResult
-    func request(_ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String = "application/json") async throws -> (status: Int, body: [UInt8], headers: HTTPHeaders) {
+    func request(
+        _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, contentType: String = "application/json", headers: [String: String] = [:]
+    ) async throws -> (status: Int, body: [UInt8], headers: HTTPHeaders) {
         var request = HTTPClientRequest(url: base + path)
         request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body {
             request.headers.add(name: "content-type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: body))
@@ -94,8 +97,8 @@ struct LiveServer {
         return (Int(response.status.code), Array(bytes.readableBytesView), response.headers)
     }
 
-    func json(_ path: String, _ object: [String: JSONValue]) async throws -> (status: Int, json: [String: JSONValue]) {
-        let (status, body, _) = try await request(.POST, path, body: Array(JSONValue.object(object).compactText.utf8))
+    func json(_ path: String, _ object: [String: JSONValue], headers: [String: String] = [:]) async throws -> (status: Int, json: [String: JSONValue]) {
+        let (status, body, _) = try await request(.POST, path, body: Array(JSONValue.object(object).compactText.utf8), headers: headers)
         return (status, (try? JSONValue.parse(body))?.objectValue ?? [:])
     }
 }

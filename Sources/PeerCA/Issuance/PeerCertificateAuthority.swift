@@ -97,7 +97,7 @@ public final class PeerCertificateAuthority: Sendable {
             let entry = LedgerEntry(
                 serial: SerialNumbers.hex(serial), subject: identity.spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
                 tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.publicKey.sha256Fingerprint,
-                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes)
+                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes, provider: identity.provider)
             do {
                 try await ledger.record(entry, claiming: use)
             } catch where error.code == .serialExists {

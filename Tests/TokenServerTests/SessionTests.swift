@@ -1,0 +1,127 @@
+import Foundation
+import NIOHTTP1
+import PeerCA
+import TestSupport
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// Logout and revocation by account over real HTTP: the account's certificates are revoked (CRL),
+/// its tokens issued before the end are refused, an administrator can do the same by serial or
+/// account with the configured bearer secret, and bad input changes nothing.
+@Suite("Sessions: logout and revocation by account")
+struct SessionTests {
+    static func csr() throws -> String { try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate()) }
+
+    @Test func logoutRevokesTheAccountAndRefusesItsOlderTokens() async throws {
+        try await LiveServer.with { server in
+            let token = try server.token()
+            var serials: [String] = []
+            for _ in 0..<2 {
+                let (status, reply) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try Self.csr())])
+                #expect(status == 200)
+                serials.append(try #require(reply["serial"]?.stringValue))
+            }
+            // Someone else's certificate stays valid.
+            let other = try server.token(["sub": .string("someone-else")])
+            let (_, otherReply) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(other), "csr": .string(try Self.csr())])
+            let otherSerial = try #require(otherReply["serial"]?.stringValue)
+
+            let (status, logout) = try await server.json("/v1/logout", ["provider": .string("dev"), "token": .string(token)])
+            #expect(status == 200, "\(logout)")
+            #expect(logout["account"]?.stringValue == "dev:user-7")
+            #expect(Set(logout["revoked"]?.arrayValue?.compactMap(\.stringValue) ?? []) == Set(serials))
+
+            // The token (and any of the account's tokens issued before the logout) is refused now.
+            let (_, refused) = try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(token)])
+            #expect(refused["authenticate"] == .bool(false))
+            #expect(refused["error"].errorCode == "session_ended")
+            let (issueStatus, issueRefused) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try Self.csr())])
+            #expect(issueStatus == 401)
+            #expect(issueRefused["error"].errorCode == "session_ended")
+            // Other accounts are untouched; a token issued after the logout works.
+            #expect(try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(other)]).json["authenticate"] == .bool(true))
+            let fresh = try server.token(["iat": .integer(Int(Date().timeIntervalSince1970) + 2)])
+            #expect(try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(fresh)]).json["authenticate"] == .bool(true))
+
+            // The CRL lists exactly the account's certificates.
+            let crl = try await server.request(.GET, "/v1/crl")
+            let list = try RevocationList(crl.body, issuer: server.service.ca.authority.issuer)
+            #expect(Set(list.revoked.keys) == Set(serials))
+            #expect(list.revoked[otherSerial] == nil)
+        }
+    }
+
+    @Test func adminRevocationNeedsTheCredentialAndValidInput() async throws {
+        let dir = try temporaryDirectory()
+        let secretFile = dir.appendingPathComponent("admin.token").path
+        let secret = "admin-" + UUID().uuidString
+        _ = try SecureFile.writeNew(secretFile, Array((secret + "\n").utf8), mode: 0o600)
+        try await LiveServer.with(configure: { $0.admin = ServerConfiguration.Admin(tokenFile: secretFile) }) { server in
+            let token = try server.token(["sub": .string("carol")])
+            let (_, issued) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try Self.csr())])
+            let serial = try #require(issued["serial"]?.stringValue)
+            let (_, issued2) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try Self.csr())])
+            let serial2 = try #require(issued2["serial"]?.stringValue)
+            let admin = ["authorization": "Bearer \(secret)"]
+
+            // Without or with a wrong credential: 401, nothing changes.
+            for headers in [[:], ["authorization": "Bearer wrong"], ["authorization": "Bearer \(secret)x"], ["authorization": "Basic \(secret)"]] {
+                let (status, reply) = try await server.json("/v1/admin/revoke", ["serial": .string(serial)], headers: headers)
+                #expect(status == 401)
+                #expect(reply["error"].errorCode == "unauthorized")
+            }
+            // Bad input: 400 or 404, nothing changes.
+            for body: [String: JSONValue] in [
+                [:], ["serial": .string(serial), "account": .string("dev:carol")], ["serial": .integer(5)], ["serial": .string("zz")],
+                ["account": .string("")], ["serial": .string(serial), "reason": .string("because")], ["serial": .string(serial), "extra": .bool(true)],
+            ] {
+                let (status, reply) = try await server.json("/v1/admin/revoke", body, headers: admin)
+                #expect(status == 400, "\(body): \(reply)")
+                #expect(reply["error"].errorCode == "invalid_request")
+            }
+            let (unknownStatus, unknown) = try await server.json("/v1/admin/revoke", ["serial": .string("abcdef")], headers: admin)
+            #expect(unknownStatus == 404)
+            #expect(unknown["error"].errorCode == "not_found")
+            #expect(try await server.service.ca.ledger.revoked(notExpiredAt: Date()).isEmpty)
+            #expect(try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(token)]).json["authenticate"] == .bool(true))
+
+            // By serial, then by account.
+            let (bySerial, bySerialReply) = try await server.json("/v1/admin/revoke", ["serial": .string(serial), "reason": .string("keyCompromise")], headers: admin)
+            #expect(bySerial == 200, "\(bySerialReply)")
+            #expect(try await server.service.ca.ledger.entry(serial: serial)?.status != .valid)
+            #expect(try await server.service.ca.ledger.entry(serial: serial2)?.status == .valid)
+            let (byAccount, byAccountReply) = try await server.json("/v1/admin/revoke", ["account": .string("dev:carol")], headers: admin)
+            #expect(byAccount == 200, "\(byAccountReply)")
+            #expect(byAccountReply["revoked"]?.arrayValue?.compactMap(\.stringValue) == [serial2])
+            #expect(try await server.json("/v1/auth", ["provider": .string("dev"), "token": .string(token)]).json["error"].errorCode == "session_ended")
+        }
+    }
+
+    @Test func withoutAnAdminCredentialTheEndpointIsOff() async throws {
+        try await LiveServer.with { server in
+            let (status, reply) = try await server.json("/v1/admin/revoke", ["serial": .string("ab")], headers: ["authorization": "Bearer anything"])
+            #expect(status == 404)
+            #expect(reply["error"].errorCode == "admin_disabled")
+        }
+    }
+
+    @Test func anAdminSecretOthersCanReadIsRefused() throws {
+        let dir = try temporaryDirectory()
+        let path = dir.appendingPathComponent("admin.token").path
+        _ = try SecureFile.writeNew(path, Array("a-long-enough-admin-secret".utf8), mode: 0o644)
+        let error = #expect(throws: ConfigurationError.self) { _ = try AdminCredential.read(path) }
+        #expect(error?.key == "admin.tokenFile")
+        let short = dir.appendingPathComponent("short.token").path
+        _ = try SecureFile.writeNew(short, Array("short".utf8), mode: 0o600)
+        #expect(throws: ConfigurationError.self) { _ = try AdminCredential.read(short) }
+        #expect(AdminCredential.matches("Bearer 0123456789abcdef", Array("0123456789abcdef".utf8)))
+        #expect(AdminCredential.matches("bearer   0123456789abcdef", Array("0123456789abcdef".utf8)))
+        #expect(!AdminCredential.matches("Bearer 0123456789abcdeF", Array("0123456789abcdef".utf8)))
+        #expect(!AdminCredential.matches("0123456789abcdef", Array("0123456789abcdef".utf8)))
+    }
+}
+
+extension JSONValue {
+    var arrayValue: [JSONValue]? { if case .array(let items) = self { items } else { nil } }
+}
