@@ -90,6 +90,22 @@ public final class TokenService: Sendable {
         await providers.shutdown()
     }
 
+    /// ``verifiedCaller(_:)`` for the JSON endpoints other than the webhook: a refusal is an HTTP
+    /// error (401 for the token, 403 for the identity rules, 503 when keys cannot be had).
+    func verifiedCallerOrError(_ request: Request) async -> Result<ProviderVerifier.Outcome, ServiceResponseError> {
+        do {
+            return .success(try await verifiedCaller(request))
+        } catch let error as TokenError {
+            return .failure(ServiceResponseError(.error(401, error.code.rawValue, error.message)))
+        } catch let error as PeerCAError {
+            return .failure(ServiceResponseError(.error(403, error.code.rawValue, error.message)))
+        } catch let error as ServiceRefusal {
+            return .failure(ServiceResponseError(.error(401, error.code, error.message)))
+        } catch {
+            return .failure(ServiceResponseError(.error(503, "keys_unavailable", "the provider's keys cannot be fetched now")))
+        }
+    }
+
     /// Verifies a request's token with its provider and derives the identity, refusing an
     /// account whose sessions have ended since the token was issued.
     func verifiedCaller(_ request: Request) async throws -> ProviderVerifier.Outcome {
@@ -196,16 +212,9 @@ public final class TokenService: Sendable {
         case .success(let parsed): request = parsed
         }
         let outcome: ProviderVerifier.Outcome
-        do {
-            outcome = try await verifiedCaller(request)
-        } catch let error as TokenError {
-            return .error(401, error.code.rawValue, error.message)
-        } catch let error as PeerCAError {
-            return .error(403, error.code.rawValue, error.message)
-        } catch let error as ServiceRefusal {
-            return .error(401, error.code, error.message)
-        } catch {
-            return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
+        switch await verifiedCallerOrError(request) {
+        case .failure(let error): return error.response
+        case .success(let verified): outcome = verified
         }
         let csr = Array((request.object["csr"]?.stringValue ?? "").utf8)
         do {
@@ -247,16 +256,9 @@ public final class TokenService: Sendable {
         case .success(let parsed): request = parsed
         }
         let outcome: ProviderVerifier.Outcome
-        do {
-            outcome = try await verifiedCaller(request)
-        } catch let error as TokenError {
-            return .error(401, error.code.rawValue, error.message)
-        } catch let error as PeerCAError {
-            return .error(403, error.code.rawValue, error.message)
-        } catch let error as ServiceRefusal {
-            return .error(401, error.code, error.message)
-        } catch {
-            return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now")
+        switch await verifiedCallerOrError(request) {
+        case .failure(let error): return error.response
+        case .success(let verified): outcome = verified
         }
         return await endSessions(of: outcome.identity.accountUID, reason: .cessationOfOperation, by: "logout")
     }
