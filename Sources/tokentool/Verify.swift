@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PDAKeys
+import PeerCA
 import TokenKit
 
 struct Verify: AsyncParsableCommand {
@@ -21,6 +22,19 @@ struct Verify: AsyncParsableCommand {
             ISSUER fetch the issuer's JWK Set (with --oidc, "iss" must equal ISSUER). An unknown "kid" \
             causes one refetch. --ca-file trusts a private CA for the HTTPS requests.
 
+            Identity: a valid token's identity is derived as tokentool serve and tokentool ca issue \
+            derive it (account UID, provider, providerUID, issuer, SPIFFE ID, profile, factors from \
+            "amr" with "auth_time", "acr", times): an "identity:" line, and "identity" beside \
+            "header" and "payload" with --json. The account UID is the "sub" (--account-claim) after \
+            --account-prefix — none unless given, so the bare sub (tokentool serve's providers put \
+            "<provider>:" before it); the provider is --provider (default token); the SPIFFE ID is \
+            spiffe://tokentool/<issuer>/<sub> (trust domain "tokentool", as the ca commands use \
+            without a ca.json). --require-factor, --acr and --max-sign-in-age refuse a sign-in that \
+            does not meet them (exit 1: factor_required, acr_not_accepted, sign_in_too_old). \
+            Without any of these options a token whose identity cannot be derived (no "iss", "sub" \
+            or "exp") is still VALID, shown without one; with any of them it is refused (exit 1, \
+            policy_violation or token_expired).
+
             Exit status: 0 valid, 1 invalid (the message names the rule that failed), 2 usage or key \
             error (including keys that could not be fetched).
 
@@ -35,6 +49,9 @@ struct Verify: AsyncParsableCommand {
               tokentool verify --oidc https://tenant.eu.auth0.com/ --aud my-api token.jwt
               tokentool verify --jwks https://idp.example/jwks.json \\
                   --ca-file private-ca.pem token.jwt
+              tokentool verify --oidc https://tenant.eu.auth0.com/ --aud my-api \\
+                  --require-factor mfa --max-sign-in-age 900 \\
+                  --provider auth0 --account-prefix auth0: --json token.jwt
             """)
 
     @Argument(help: "The token, a file holding it, or - for standard input (the default).")
@@ -47,36 +64,135 @@ struct Verify: AsyncParsableCommand {
 
     func run() async throws {
         let text = try Input.token(token)
-        let (outcome, identity) = try await options.verify(text, json: json)
-        try report(outcome, identity: identity)
+        let (outcome, hat) = try await options.verify(text, json: json)
+        var identity: PeerIdentity?
+        if case .success(let verified) = outcome {
+            do throws(PeerCAError) {
+                identity = try options.identity.rules().identity(for: verified, now: options.now)
+            } catch {
+                // Without identity options, a token that verifies stays VALID (shown without an identity).
+                if options.identity.isGiven { try refuse(code: error.code.rawValue, message: error.message) }
+            }
+        }
+        try report(outcome, hat: hat, identity: identity)
     }
 
     /// Prints the verdict; throws the exit status for an invalid token.
-    func report(_ result: Result<VerifiedToken, TokenError>, identity: HATIdentity? = nil) throws {
+    func report(_ result: Result<VerifiedToken, TokenError>, hat: HATIdentity? = nil, identity: PeerIdentity? = nil) throws {
         switch result {
         case .success(let verified):
             if json {
-                Output.json(.object([
+                var object: [String: JSONValue] = [
                     "valid": .bool(true), "header": .object(verified.header.members), "payload": .object(verified.payload),
-                ]))
+                ]
+                if let identity { object["identity"] = identity.jsonValue }
+                Output.json(.object(object))
             } else {
                 print("VALID \(verified.header.algorithm)\(verified.key.kid.map { " kid=\($0)" } ?? "") (engine: \(options.engine.rawValue))")
                 for line in verified.claims.summary { print("  " + line) }
-                if let identity {
-                    print("  HAT PDA: \(identity.pdaHost)")
-                    if let application = identity.application { print("  application: \(application) \(identity.applicationVersion ?? "")") }
+                if let hat {
+                    print("  HAT PDA: \(hat.pdaHost)")
+                    if let application = hat.application { print("  application: \(application) \(hat.applicationVersion ?? "")") }
                 }
+                if let identity { print("  identity: " + Self.summary(identity)) }
             }
         case .failure(let error):
-            if json {
-                Output.json(.object([
-                    "valid": .bool(false),
-                    "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)]),
-                ]))
-                throw CLIExit(code: 1, message: "")
-            }
-            throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
+            try refuse(code: error.code.rawValue, message: error.message)
         }
+    }
+
+    /// Reports a refusal (`INVALID code: message`, or the JSON error object) and exits 1.
+    func refuse(code: String, message: String) throws -> Never {
+        if json {
+            Output.json(.object(["valid": .bool(false), "error": .object(["code": .string(code), "message": .string(message)])]))
+            throw CLIExit(code: 1, message: "")
+        }
+        throw CLIExit(code: 1, message: "INVALID \(code): \(message)")
+    }
+
+    /// `auth0:user-1 (provider auth0; factors mfa, pwd; acr …)`: the identity in one line.
+    static func summary(_ identity: PeerIdentity) -> String {
+        var parts = ["provider \(identity.provider)", "factors \(identity.factors.map(\.method).joined(separator: ", "))"]
+        if let acr = identity.authenticationContext { parts.append("acr \(acr)") }
+        return "\(identity.accountUID) (\(parts.joined(separator: "; ")))"
+    }
+}
+
+/// How a verified token becomes an identity, and what its sign-in must show: shared by `verify`
+/// and `ca issue` (through ``VerificationOptions``), applied over the same ``IssuancePolicy`` the
+/// server's providers use.
+struct IdentityOptions: ParsableArguments {
+    @Option(
+        name: .customLong("require-factor"),
+        help: ArgumentHelp(
+            "A factor (an \"amr\" value such as mfa, otp, hwk) the sign-in must show; repeatable, every one is required (else factor_required).",
+            valueName: "value"))
+    var requireFactor: [String] = []
+
+    @Option(
+        name: .customLong("acr"),
+        help: ArgumentHelp(
+            "An accepted authentication context class (\"acr\"); repeatable. Any other, or none, is refused (acr_not_accepted).",
+            valueName: "value"))
+    var acr: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "The latest sign-in (\"auth_time\", else \"iat\") must be at most this many seconds old (else sign_in_too_old).",
+            valueName: "seconds"))
+    var maxSignInAge: Double?
+
+    @Option(
+        help: ArgumentHelp(
+            "Provider name recorded in the identity. Default: token (ca issue: the provider in the CA's ca.json).",
+            valueName: "name"))
+    var provider: String?
+
+    @Option(help: ArgumentHelp("Claim holding the account's user ID. Default: sub.", valueName: "claim"))
+    var accountClaim: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Put before the account claim's value to make the account UID (the certificate's CN), e.g. \"auth0:\". Default: none, so verify shows the bare sub (tokentool serve's providers use <provider>:).",
+            valueName: "prefix"))
+    var accountPrefix: String?
+
+    /// The trust domain of identities `verify` derives (`spiffe://tokentool/<issuer>/<sub>`): the
+    /// app ID the `ca` commands fall back to without a `ca.json`.
+    static let verifyAppID = "tokentool"
+
+    func validate() throws {
+        if let maxSignInAge, !(maxSignInAge > 0 && maxSignInAge.isFinite) {
+            throw ValidationError("--max-sign-in-age must be a number of seconds greater than 0")
+        }
+        if requireFactor.contains(where: \.isEmpty) { throw ValidationError("--require-factor needs a factor name (an amr value such as mfa)") }
+        if acr.contains(where: \.isEmpty) { throw ValidationError("--acr needs an acr value") }
+        for (name, value) in [("--provider", provider), ("--account-claim", accountClaim), ("--account-prefix", accountPrefix)] {
+            if value?.isEmpty == true { throw ValidationError("\(name) must not be empty") }
+        }
+    }
+
+    /// Whether any identity or factor option was given (then a token without an identity is refused).
+    var isGiven: Bool {
+        !requireFactor.isEmpty || !acr.isEmpty || maxSignInAge != nil || provider != nil || accountClaim != nil || accountPrefix != nil
+    }
+
+    /// `base` with the options that were given applied; the others keep `base`'s values.
+    func applied(to base: IssuancePolicy) -> IssuancePolicy {
+        var policy = base
+        if let provider { policy.provider = provider }
+        if let accountClaim { policy.accountClaim = accountClaim }
+        if let accountPrefix { policy.accountPrefix = accountPrefix }
+        if !requireFactor.isEmpty { policy.factorPolicy.requiredFactors = Set(requireFactor) }
+        if !acr.isEmpty { policy.factorPolicy.acceptedContexts = Set(acr) }
+        if let maxSignInAge { policy.factorPolicy.maximumSignInAge = maxSignInAge }
+        return policy
+    }
+
+    /// The rules `verify` derives identities with: trust domain `tokentool`, provider `token`,
+    /// account `sub` without a prefix, then the options.
+    func rules() throws(PeerCAError) -> IssuancePolicy {
+        applied(to: try IssuancePolicy(appID: Self.verifyAppID, provider: CASettings.defaultProvider))
     }
 }
 
@@ -143,6 +259,11 @@ struct VerificationOptions: ParsableArguments {
 
     @Flag(help: "Read a private key or secret file even if group or others can read it.")
     var allowInsecureKeyFile = false
+
+    @OptionGroup(title: "Identity and sign-in factors") var identity: IdentityOptions
+
+    /// The time tokens are checked at: --at, else now.
+    var now: Date { Date(timeIntervalSince1970: at ?? Date().timeIntervalSince1970) }
 
     func validate() throws {
         let sources = [key != nil, secretFile != nil, pda, jwks != nil, oidc != nil].filter { $0 }.count
