@@ -165,12 +165,58 @@ struct IdentityCLITests {
         #expect(try Self.errorCode(missing.out) == "policy_violation")
     }
 
+    @Test func caIssueAppliesTheFactorPolicyAndTheAccountOptions() throws {
+        let scratch = try Scratch()
+        func tool(_ args: [String]) throws -> (status: Int32, out: String, err: String) { try scratch.tool(args) }
+        let initialised = try tool(["ca", "init", "--dir", "ca", "--app-id", "my-app"])
+        #expect(initialised.status == 0, "\(initialised.err)")
+        let csr = try tool(["csr", "--out", "device.key"])
+        #expect(csr.status == 0, "\(csr.err)")
+        try scratch.write("device.csr", csr.out)
+        let issue = ["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--secret-file", "s.bin"]
+
+        let password = try scratch.token(#"{"iss":"https://idp.example/","sub":"user-1","amr":["pwd"]}"#)
+        let refused = try tool(issue + ["--require-factor", "mfa", "--account-prefix", "idp:", password])
+        #expect(refused.status == 1)
+        #expect(refused.err.hasPrefix("REFUSED factor_required: "), "\(refused.err)")
+        #expect(refused.out.isEmpty)
+        let old = try scratch.token(#"{"iss":"https://idp.example/","sub":"user-1","amr":["mfa"],"auth_time":1}"#)
+        #expect(try tool(issue + ["--max-sign-in-age", "900", old]).err.hasPrefix("REFUSED sign_in_too_old: "))
+        #expect(try tool(issue + ["--acr", "urn:high", old]).err.hasPrefix("REFUSED acr_not_accepted: "))
+        let empty = try tool(["ca", "list", "--dir", "ca", "--json"])
+        #expect(empty.status == 0, "\(empty.err)")
+        #expect((try JSONSerialization.jsonObject(with: Data(empty.out.utf8)) as? [Any])?.isEmpty == true, "\(empty.out)")
+
+        let mfa = try scratch.token(#"{"iss":"https://idp.example/","sub":"user-1","amr":["pwd","mfa"]}"#)
+        let issued = try tool(issue + ["--require-factor", "mfa", "--account-prefix", "idp:", "--provider", "idp", mfa])
+        #expect(issued.status == 0, "\(issued.err)")
+        #expect(issued.out.contains("BEGIN CERTIFICATE"))
+        #expect(issued.err.contains("spiffe://my-app/idp.example/user-1"), "\(issued.err)")
+        let list = try tool(["ca", "list", "--dir", "ca", "--json"])
+        let entries = try #require(try JSONSerialization.jsonObject(with: Data(list.out.utf8)) as? [[String: Any]], "\(list.out)")
+        #expect(entries.count == 1)
+        #expect(entries.first?["commonName"] as? String == "idp:user-1")
+        #expect(entries.first?["subject"] as? String == "spiffe://my-app/idp.example/user-1")
+
+        // Without the options, ca issue keeps its behaviour: CN = sub.
+        let plain = try tool(issue + [mfa])
+        #expect(plain.status == 0, "\(plain.err)")
+        let again = try tool(["ca", "list", "--dir", "ca", "--json"])
+        let names = (try JSONSerialization.jsonObject(with: Data(again.out.utf8)) as? [[String: Any]] ?? []).compactMap { $0["commonName"] as? String }
+        #expect(names.sorted() == ["idp:user-1", "user-1"], "\(again.out)")
+    }
+
     @Test func helpExplainsTheOptions() throws {
         let scratch = try Scratch()
         let verify = try scratch.tool(["verify", "--help"])
         #expect(verify.status == 0)
         for text in ["--require-factor", "--acr", "--max-sign-in-age", "--provider", "--account-claim", "--account-prefix", "bare sub", "factor_required"] {
             #expect(verify.out.contains(text), "verify --help lacks \(text)")
+        }
+        let issue = try scratch.tool(["ca", "issue", "--help"])
+        #expect(issue.status == 0)
+        for text in ["--require-factor", "--account-prefix", "ca.json"] {
+            #expect(issue.out.contains(text), "ca issue --help lacks \(text)")
         }
     }
 }

@@ -11,8 +11,12 @@ struct CAIssue: AsyncParsableCommand {
             The token is verified exactly as `tokentool verify` does (same key and policy options: \
             --key, --jwks, --oidc, --pda, --iss, --aud, …). The CSR's self-signature must verify; its \
             key must be P-256, P-384, Ed25519 or RSA ≥ 2048. The certificate's identity comes only \
-            from the token: CN = sub, URI SAN spiffe://<trust domain>/<issuer>/<sub>. It is recorded \
-            in the ledger before it is printed (leaf, then intermediate).
+            from the token: CN = the account UID (the "sub", or --account-claim, after \
+            --account-prefix), URI SAN spiffe://<trust domain>/<issuer>/<sub>. It is recorded in the \
+            ledger before it is printed (leaf, then intermediate). The provider comes from ca.json \
+            unless --provider is given. --require-factor, --acr and --max-sign-in-age refuse a \
+            sign-in that does not meet them (exit 1, REFUSED factor_required, acr_not_accepted or \
+            sign_in_too_old); nothing is issued.
 
             Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
 
@@ -21,6 +25,8 @@ struct CAIssue: AsyncParsableCommand {
                   --iss https://idp.example/ token.jwt > device.pem
               tokentool ca issue --dir ca --csr device.csr --pda \\
                   --validity 3600 hat-token.jwt
+              tokentool ca issue --dir ca --csr device.csr --key idp.pub \\
+                  --require-factor mfa --account-prefix idp: token.jwt
             """)
 
     @Option(help: "CA directory made by tokentool ca init.")
@@ -61,9 +67,16 @@ struct CAIssue: AsyncParsableCommand {
         case .success(let token): verified = token
         case .failure(let error): throw CLIExit(code: 1, message: "INVALID \(error.code.rawValue): \(error.message)")
         }
+        // The CA's policy (from ca.json) with the identity and factor options that were given.
+        let rules = options.identity.applied(to: ca.policy)
         let issued: IssuedCertificate
-        do { issued = try await ca.issue(token: verified, csr: request, validity: validity) } catch {
-            let status: Int32 = [.policyViolation, .tokenExpired, .tokenReused].contains(error.code) ? 1 : 2
+        do throws(PeerCAError) {
+            let validated = try ValidatedCSR(request)
+            let identity = try rules.identity(for: verified, now: Date(timeIntervalSince1970: ca.clock.now))
+            issued = try await ca.issue(identity: identity, csr: validated, validity: validity)
+        } catch {
+            let refusals: [PeerCAError.Code] = [.policyViolation, .tokenExpired, .tokenReused, .factorRequired, .acrNotAccepted, .signInTooOld]
+            let status: Int32 = refusals.contains(error.code) ? 1 : 2
             throw CLIExit(code: status, message: "REFUSED \(error.code.rawValue): \(error.message)")
         }
         if json {
