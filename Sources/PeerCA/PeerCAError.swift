@@ -23,6 +23,8 @@ public struct PeerCAError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let acrNotAccepted = Code(rawValue: "acr_not_accepted")
         /// The latest sign-in (`auth_time`, else `iat`) is older than the policy allows, or unknown.
         public static let signInTooOld = Code(rawValue: "sign_in_too_old")
+        /// A renewal would pass the session's limit (its maximum age since the original sign-in).
+        public static let sessionExpired = Code(rawValue: "session_expired")
         /// The token has expired, or would leave no validity for the certificate.
         public static let tokenExpired = Code(rawValue: "token_expired")
         /// The token's `jti` was already used for a certificate and its issuer allows one use.

@@ -91,6 +91,13 @@ public final class PostgresLedger: CertificateLedger, Service {
         END $$
         """,
         """
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'certificates'::regclass AND attname = 'renewal_of' AND NOT attisdropped)
+            THEN ALTER TABLE certificates ADD COLUMN IF NOT EXISTS session_start DOUBLE PRECISION, ADD COLUMN IF NOT EXISTS renewal_of TEXT;
+            END IF;
+        END $$
+        """,
+        """
         CREATE TABLE IF NOT EXISTS ended_sessions (
             account TEXT PRIMARY KEY, ended_at DOUBLE PRECISION NOT NULL, reason INTEGER NOT NULL)
         """,
@@ -99,7 +106,7 @@ public final class PostgresLedger: CertificateLedger, Service {
     /// The `certificates` columns ``entries(_:)`` decodes, in its order.
     static let columns = """
         serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint, not_before, not_after, \
-        issued_at, der, revoked_at, revocation_reason, provider
+        issued_at, der, revoked_at, revocation_reason, provider, session_start, renewal_of
         """
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
@@ -109,10 +116,11 @@ public final class PostgresLedger: CertificateLedger, Service {
                 try await connection.query(
                     """
                     INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                        not_before, not_after, issued_at, der, provider)
+                        not_before, not_after, issued_at, der, provider, session_start, renewal_of)
                     VALUES (\(entry.serial), \(entry.subject), \(entry.commonName), \(entry.tokenIssuer), \(entry.tokenSubject),
                         \(entry.tokenID), \(entry.keyFingerprint), \(entry.notBefore.timeIntervalSince1970),
-                        \(entry.notAfter.timeIntervalSince1970), \(entry.issuedAt.timeIntervalSince1970), \(der), \(entry.provider))
+                        \(entry.notAfter.timeIntervalSince1970), \(entry.issuedAt.timeIntervalSince1970), \(der), \(entry.provider),
+                        \(entry.sessionStart?.timeIntervalSince1970), \(entry.renewalOf))
                     """, logger: logger)
                 if let use {
                     try await connection.query(
@@ -238,14 +246,16 @@ public final class PostgresLedger: CertificateLedger, Service {
     static func entries(_ rows: PostgresRowSequence) async throws -> [LedgerEntry] {
         var entries: [LedgerEntry] = []
         for try await row in rows {
-            let full = try row.decode((String, String, String, String, String, String?, String, Double, Double, Double, ByteBuffer, Double?, Int?, String?).self)
+            let full = try row.decode(
+                (String, String, String, String, String, String?, String, Double, Double, Double, ByteBuffer, Double?, Int?, String?, Double?, String?).self)
             let status: LedgerEntry.Status = full.11.map {
                 .revoked(at: Date(timeIntervalSince1970: $0), reason: full.12.flatMap(LedgerEntry.RevocationReason.init(rawValue:)) ?? .unspecified)
             } ?? .valid
             entries.append(LedgerEntry(
                 serial: full.0, subject: full.1, commonName: full.2, tokenIssuer: full.3, tokenSubject: full.4, tokenID: full.5,
                 keyFingerprint: full.6, notBefore: Date(timeIntervalSince1970: full.7), notAfter: Date(timeIntervalSince1970: full.8),
-                issuedAt: Date(timeIntervalSince1970: full.9), der: Array(full.10.readableBytesView), status: status, provider: full.13))
+                issuedAt: Date(timeIntervalSince1970: full.9), der: Array(full.10.readableBytesView), status: status, provider: full.13,
+                sessionStart: full.14.map { Date(timeIntervalSince1970: $0) }, renewalOf: full.15))
         }
         return entries
     }

@@ -18,6 +18,7 @@ import TokenKit
 /// |---|---|
 /// | `POST /v1/auth` | the authentication webhook (Ditto's JSON) |
 /// | `POST /v1/certificates` | `{provider, token, csr}` → PEM chain, serial, notAfter |
+/// | `POST /v1/certificates/renew` | mutual TLS with the current certificate, `{csr}` → a new one |
 /// | `POST /v1/logout` | `{provider, token}` → the account's certificates revoked, its sessions ended |
 /// | `POST /v1/admin/revoke` | `Authorization: Bearer …`, `{serial | account, reason?}` |
 /// | `GET /v1/ca` | the CA root (PEM) |
@@ -36,7 +37,7 @@ public enum TokenHTTPServer {
 
     /// ``router(_:metrics:)`` whose request counts go to `metricsFactory` (tests give their own).
     static func router(_ service: TokenService, metrics: PrometheusCollectorRegistry?, metricsFactory: any MetricsFactory) -> CountedRouter {
-        let router = Router()
+        let router = Router(context: TokenRequestContext.self)
         let maxBody = service.configuration.maxBodyBytes
         let timeout = Duration.milliseconds(Int64(service.configuration.requestTimeout * 1000))
         router.post("/v1/auth") { request, _ -> Response in
@@ -46,6 +47,11 @@ public enum TokenHTTPServer {
         router.post("/v1/certificates") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
             return try await withTimeout(timeout) { await service.issueCertificate(body) }.http
+        }
+        router.post("/v1/certificates/renew") { request, context -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            let presented = try? await context.channel.nioSSL_peerCertificate().get()?.toDERBytes()
+            return try await withTimeout(timeout) { await service.renewCertificate(body, clientCertificateDER: presented) }.http
         }
         router.post("/v1/logout") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
@@ -111,7 +117,11 @@ public enum TokenHTTPServer {
             do {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate)
                 let key = try NIOSSLPrivateKey(file: tls.key, format: .pem)
-                let tlsConfiguration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+                var tlsConfiguration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+                // Devices may present their peer certificate (renewal by mutual TLS); one that
+                // does not chain to this CA ends the handshake. Presenting none is fine.
+                tlsConfiguration.certificateVerification = .optionalVerification
+                tlsConfiguration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(service.caPEM.utf8)))
                 server = try .tls(http1, tlsConfiguration: tlsConfiguration)
             } catch {
                 throw ConfigurationError(key: "tls", "the certificate or key cannot be used (\(error))")

@@ -11,7 +11,7 @@ import Synchronization
 /// sitting in it as a middleware, because a router's middleware never sees a request that matches
 /// no route. Handlers count only what is theirs to know (decisions, certificates issued).
 public struct CountedRouter: HTTPResponderBuilder {
-    let router: Router<BasicRequestContext>
+    let router: Router<TokenRequestContext>
     let counters: RequestCounters
 
     public func buildResponder() -> CountingResponder {
@@ -21,8 +21,8 @@ public struct CountedRouter: HTTPResponderBuilder {
 
 /// The responder of a ``CountedRouter``.
 public struct CountingResponder: HTTPResponder {
-    public typealias Context = BasicRequestContext
-    let inner: RouterResponder<BasicRequestContext>
+    public typealias Context = TokenRequestContext
+    let inner: RouterResponder<TokenRequestContext>
     let counters: RequestCounters
 
     public func respond(to request: Request, context: Context) async throws -> Response {
@@ -45,7 +45,8 @@ final class RequestCounters: Sendable {
 
     /// The endpoint dimension of each path the service serves.
     static let endpoints = [
-        "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/logout": "logout", "/v1/admin/revoke": "admin_revoke",
+        "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/certificates/renew": "renew", "/v1/logout": "logout",
+        "/v1/admin/revoke": "admin_revoke",
         "/v1/ca": "ca", "/v1/crl": "crl", "/v1/ocsp": "ocsp",
         "/healthz": "healthz", "/metrics": "metrics",
     ]

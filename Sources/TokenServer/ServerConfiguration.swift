@@ -173,6 +173,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public struct Sessions: Sendable, Codable, Hashable {
         /// Seconds between reloads. Default 1.
         public var refreshSeconds: Double?
+        /// How long a session may be renewed without a new sign-in, counted from the original
+        /// sign-in (`auth_time`, else `iat`). Default 7 days.
+        public var maxSessionAgeSeconds: Double?
     }
 
     /// The administrator's credential for `POST /v1/admin/revoke`.
@@ -259,6 +262,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         if let refresh = sessions?.refreshSeconds, !(refresh >= 0.05 && refresh <= 300) {
             throw ConfigurationError(key: "sessions.refreshSeconds", "must be 0.05 to 300")
         }
+        if let age = sessions?.maxSessionAgeSeconds, !(age >= 60 && age <= 366 * 86_400) {
+            throw ConfigurationError(key: "sessions.maxSessionAgeSeconds", "must be 60 to 31622400")
+        }
         guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
         for (name, provider) in providers {
             let key = "providers.\(name)"
@@ -294,6 +300,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
 
     var maxBodyBytes: Int { limits?.maxBodyBytes ?? 64 * 1024 }
     var sessionRefresh: Duration { .milliseconds(Int64((sessions?.refreshSeconds ?? 1) * 1000)) }
+    var maxSessionAge: Double { sessions?.maxSessionAgeSeconds ?? 7 * 86_400 }
     var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
     var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
     var stateDirectory: String { state ?? "tokentool-state" }

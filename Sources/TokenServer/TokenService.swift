@@ -227,11 +227,7 @@ public final class TokenService: Sendable {
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
             Counter(label: "tokenserver_certificates_issued_total", dimensions: [("provider", request.providerName)]).increment()
-            return .json(200, .object([
-                "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
-                "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "spiffeID": .string(issued.identity.spiffeID),
-                "identity": issued.identity.jsonValue,
-            ]))
+            return .json(200, Self.certificateReply(issued))
         } catch {
             let status: Int
             switch error.code {
@@ -239,6 +235,70 @@ public final class TokenService: Sendable {
             case .policyViolation, .tokenReused, .tokenExpired, .factorRequired, .acrNotAccepted, .signInTooOld: status = 403
             default:
                 logger.error("issuance failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
+                status = 500
+            }
+            return .error(status, error.code.rawValue, error.message)
+        }
+    }
+
+    /// A certificate reply: the chain, serial, validity, SPIFFE ID, identity, and `renewAfter` —
+    /// when the device should renew (two thirds into the validity; the server side of
+    /// `authenticationExpiringSoon`).
+    static func certificateReply(_ issued: IssuedCertificate, renewalOf: String? = nil) -> JSONValue {
+        let time = ISO8601DateFormatter()
+        let start = max(issued.notBefore, Date())
+        let renewAfter = start.addingTimeInterval(issued.notAfter.timeIntervalSince(start) * 2 / 3)
+        var object: [String: JSONValue] = [
+            "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
+            "notAfter": .string(time.string(from: issued.notAfter)), "renewAfter": .string(time.string(from: renewAfter)),
+            "spiffeID": .string(issued.identity.spiffeID), "identity": issued.identity.jsonValue,
+        ]
+        if let renewalOf { object["renewalOf"] = .string(renewalOf) }
+        return .object(object)
+    }
+
+    /// Renewal (`POST /v1/certificates/renew`, `{csr, validitySeconds?}`), authenticated by mutual
+    /// TLS with the device's current certificate (`clientCertificateDER`, what the TLS handshake
+    /// verified): a new certificate with the same identity, recorded as the renewal of the current
+    /// one, never valid past `sessions.maxSessionAgeSeconds` after the original sign-in. No
+    /// identity-provider token is needed.
+    public func renewCertificate(_ body: [UInt8], clientCertificateDER: [UInt8]?) async -> ServiceResponse {
+        guard let presented = clientCertificateDER else {
+            return .error(
+                401, "client_certificate_required",
+                "renewal is authenticated by the current certificate over mutual TLS (the server must run with tls)")
+        }
+        guard let value = try? JSONValue.parse(body), case .object(let object) = value else {
+            return .error(400, "invalid_request", "the body must be a JSON object")
+        }
+        if let extra = object.keys.first(where: { $0 != "csr" && $0 != "validitySeconds" }) {
+            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
+        }
+        guard let csr = object["csr"]?.stringValue else { return .error(400, "invalid_request", "\"csr\" must be a string") }
+        var validity: Double?
+        if let given = object["validitySeconds"] {
+            guard let seconds = given.doubleValue else { return .error(400, "invalid_request", "\"validitySeconds\" must be a number") }
+            validity = seconds
+        }
+        do {
+            let (issued, previous) = try await ca.renew(
+                presented: presented, csr: Array(csr.utf8), maximumSessionAge: configuration.maxSessionAge, validity: validity)
+            if let end = sessions.endedAt(previous.commonName), end >= previous.issuedAt {
+                // Ended after the current certificate was issued: the logout revoked it, but a
+                // renewal racing the logout on another instance must not outlive it.
+                _ = try? await ca.revoke(serial: issued.serial, reason: .cessationOfOperation)
+                return .error(401, "session_ended", "the account's sessions were ended; sign in again")
+            }
+            Counter(label: "tokenserver_certificates_renewed_total").increment()
+            return .json(200, Self.certificateReply(issued, renewalOf: previous.serial))
+        } catch {
+            let status: Int
+            switch error.code {
+            case .invalidCSR, .badCSRSignature, .unsupportedKey: status = 400
+            case .untrustedPeer: status = 401
+            case .revoked, .tokenExpired, .sessionExpired, .policyViolation: status = 403
+            default:
+                logger.error("renewal failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
                 status = 500
             }
             return .error(status, error.code.rawValue, error.message)

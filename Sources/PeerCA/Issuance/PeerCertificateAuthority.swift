@@ -65,14 +65,71 @@ public final class PeerCertificateAuthority: Sendable {
     /// Issues a certificate to an identity established elsewhere (a server that derives
     /// identities with per-provider rules, ``IssuancePolicy/identity(for:now:)`` of its own copy of
     /// the policy). The trust domain must be this CA's; validity and token reuse follow this CA's
-    /// policy.
+    /// policy. The session it starts began at the identity's latest sign-in.
     public func issue(identity: PeerIdentity, csr: ValidatedCSR, validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
         let now = Date(timeIntervalSince1970: clock.now)
         guard identity.trustDomain == policy.trustDomain else {
             throw PeerCAError(.policyViolation, "the identity is in trust domain \(identity.trustDomain), not this CA's \(policy.trustDomain)")
         }
         guard identity.expiresAt > now else { throw PeerCAError(.tokenExpired, "the token expired at \(identity.expiresAt)") }
-        var notAfter = min(now.addingTimeInterval(policy.maximumValidity), identity.expiresAt)
+        let (notBefore, notAfter) = try lifetime(now: now, until: identity.expiresAt, validity: validity) { () throws(PeerCAError) in
+            throw PeerCAError(.tokenExpired, "the token leaves no validity for a certificate")
+        }
+        var use: TokenUse?
+        if policy.reuse(for: identity.issuer) == .oncePerTokenID {
+            guard let jti = identity.tokenID, !jti.isEmpty else {
+                throw PeerCAError(.policyViolation, "tokens from \(identity.issuer.prefix(80)) may be used once, so they must carry a \"jti\"")
+            }
+            use = TokenUse(issuer: identity.issuer, tokenID: jti)
+        }
+        return try await sign(
+            identity, publicKey: csr.publicKey, notBefore: notBefore, notAfter: notAfter, now: now, use: use,
+            sessionStart: identity.latestSignIn ?? identity.issuedAt ?? now, renewalOf: nil)
+    }
+
+    /// Renews `current` — a certificate of this CA's ledger that its holder proved it has (mutual
+    /// TLS) — for the key in `csr`: the same identity (account, provider, SPIFFE ID), recorded as
+    /// the renewal of `current.serial`, never valid past `maximumSessionAge` after the session's
+    /// original sign-in. No identity-provider token is needed.
+    ///
+    /// Refuses a revoked or expired `current` (``PeerCAError/Code/revoked``,
+    /// ``PeerCAError/Code/tokenExpired``) and a session past its limit
+    /// (``PeerCAError/Code/sessionExpired``).
+    public func renew(
+        _ current: LedgerEntry, csr: ValidatedCSR, maximumSessionAge: TimeInterval, validity: TimeInterval? = nil
+    ) async throws(PeerCAError) -> IssuedCertificate {
+        let now = Date(timeIntervalSince1970: clock.now)
+        guard current.status == .valid else { throw PeerCAError(.revoked, "certificate \(current.serial) is revoked") }
+        guard current.notAfter > now else { throw PeerCAError(.tokenExpired, "certificate \(current.serial) expired at \(current.notAfter)") }
+        let sessionStart = current.sessionStart ?? current.issuedAt
+        let sessionEnd = sessionStart.addingTimeInterval(maximumSessionAge)
+        guard let trustDomain = SPIFFE.parse(current.subject)?.trustDomain, trustDomain == policy.trustDomain else {
+            throw PeerCAError(.policyViolation, "certificate \(current.serial) is not in this CA's trust domain")
+        }
+        let identity = PeerIdentity(
+            trustDomain: trustDomain, accountUID: current.commonName, provider: current.provider ?? policy.provider, issuer: current.tokenIssuer,
+            providerUID: current.tokenSubject, displayName: nil, expiresAt: sessionEnd, factors: [], permissions: [], tokenID: nil,
+            profile: [:], authenticationContext: nil, issuedAt: nil)
+        guard identity.spiffeID == current.subject else {
+            throw PeerCAError(.policyViolation, "certificate \(current.serial) names \(current.subject), which its ledger row does not describe")
+        }
+        let (notBefore, notAfter) = try lifetime(now: now, until: sessionEnd, validity: validity) { () throws(PeerCAError) in
+            throw PeerCAError(
+                .sessionExpired,
+                "the session began at \(ISO8601DateFormatter().string(from: sessionStart)) and may last \(Int(maximumSessionAge)) s; sign in again")
+        }
+        return try await sign(
+            identity, publicKey: csr.publicKey, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: sessionStart,
+            renewalOf: current.serial)
+    }
+
+    /// notBefore and notAfter for a certificate issued at `now` that may not outlive `until`:
+    /// whole seconds, at most the policy's maximum and the requested `validity`, within the
+    /// issuing certificate; `tooShort` throws when less than a second is left.
+    func lifetime(
+        now: Date, until: Date, validity: TimeInterval?, tooShort: () throws(PeerCAError) -> Never
+    ) throws(PeerCAError) -> (notBefore: Date, notAfter: Date) {
+        var notAfter = min(now.addingTimeInterval(policy.maximumValidity), until)
         // Whole seconds: what a certificate can say.
         let second = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         if let validity {
@@ -82,22 +139,24 @@ public final class PeerCertificateAuthority: Sendable {
         notAfter = min(notAfter, authority.issuer.notValidAfter)
         notAfter = Date(timeIntervalSince1970: notAfter.timeIntervalSince1970.rounded(.down))
         let notBefore = Date(timeIntervalSince1970: now.addingTimeInterval(-policy.backdate).timeIntervalSince1970.rounded(.down))
-        guard notAfter.timeIntervalSince(second) >= 1 else { throw PeerCAError(.tokenExpired, "the token leaves no validity for a certificate") }
+        guard notAfter.timeIntervalSince(second) >= 1 else { try tooShort() }
+        return (notBefore, notAfter)
+    }
 
-        var use: TokenUse?
-        if policy.reuse(for: identity.issuer) == .oncePerTokenID {
-            guard let jti = identity.tokenID, !jti.isEmpty else {
-                throw PeerCAError(.policyViolation, "tokens from \(identity.issuer.prefix(80)) may be used once, so they must carry a \"jti\"")
-            }
-            use = TokenUse(issuer: identity.issuer, tokenID: jti)
-        }
+    /// Signs a leaf for `identity` and records it (with the token use, when given) before
+    /// returning it; a serial that exists already is drawn again.
+    func sign(
+        _ identity: PeerIdentity, publicKey: Certificate.PublicKey, notBefore: Date, notAfter: Date, now: Date, use: TokenUse?,
+        sessionStart: Date, renewalOf: String?
+    ) async throws(PeerCAError) -> IssuedCertificate {
         for _ in 0..<4 {
             let serial = SerialNumbers.random()
-            let certificate = try makeLeaf(serial: serial, identity: identity, publicKey: csr.publicKey, notBefore: notBefore, notAfter: notAfter)
+            let certificate = try makeLeaf(serial: serial, identity: identity, publicKey: publicKey, notBefore: notBefore, notAfter: notAfter)
             let entry = LedgerEntry(
                 serial: SerialNumbers.hex(serial), subject: identity.spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
-                tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.publicKey.sha256Fingerprint,
-                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes, provider: identity.provider)
+                tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: publicKey.sha256Fingerprint,
+                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes, provider: identity.provider,
+                sessionStart: sessionStart, renewalOf: renewalOf)
             do {
                 try await ledger.record(entry, claiming: use)
             } catch where error.code == .serialExists {

@@ -42,11 +42,17 @@ public struct LedgerEntry: Sendable, Hashable {
     /// The configured provider name that authenticated the identity; nil for rows recorded
     /// before the ledger stored it.
     public let provider: String?
+    /// When the session this certificate belongs to began: the sign-in (`auth_time`, else `iat`)
+    /// of the token the first certificate came from; a renewal keeps it. Nil for rows recorded
+    /// before the ledger stored it.
+    public let sessionStart: Date?
+    /// The serial of the certificate this one renews, if it is a renewal.
+    public let renewalOf: String?
 
     public init(
         serial: String, subject: String, commonName: String, tokenIssuer: String, tokenSubject: String, tokenID: String?,
         keyFingerprint: String, notBefore: Date, notAfter: Date, issuedAt: Date, der: [UInt8], status: Status = .valid,
-        provider: String? = nil
+        provider: String? = nil, sessionStart: Date? = nil, renewalOf: String? = nil
     ) {
         self.serial = serial
         self.subject = subject
@@ -61,6 +67,8 @@ public struct LedgerEntry: Sendable, Hashable {
         self.der = der
         self.status = status
         self.provider = provider
+        self.sessionStart = sessionStart
+        self.renewalOf = renewalOf
     }
 }
 

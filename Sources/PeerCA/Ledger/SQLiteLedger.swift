@@ -60,6 +60,13 @@ public final class SQLiteLedger: CertificateLedger {
                     );
                     """)
             }
+            // v3: renewals: when each certificate's session began, and which certificate it renews.
+            migrator.registerMigration("v3") { db in
+                try db.execute(sql: """
+                    ALTER TABLE certificates ADD COLUMN session_start REAL;
+                    ALTER TABLE certificates ADD COLUMN renewal_of TEXT;
+                    """)
+            }
             try migrator.migrate(pool)
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
@@ -72,12 +79,14 @@ public final class SQLiteLedger: CertificateLedger {
                 try db.execute(
                     sql: """
                         INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                            not_before, not_after, issued_at, der, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
                         entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
-                        entry.issuedAt.timeIntervalSince1970, Data(entry.der), entry.provider,
+                        entry.issuedAt.timeIntervalSince1970, Data(entry.der), entry.provider, entry.sessionStart?.timeIntervalSince1970,
+                        entry.renewalOf,
                     ])
                 if let use {
                     try db.execute(
@@ -209,7 +218,9 @@ public final class SQLiteLedger: CertificateLedger {
             notBefore: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_before")),
             notAfter: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "not_after")),
             issuedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "issued_at")),
-            der: Array(der), status: status, provider: try row.decode(String?.self, forColumn: "provider"))
+            der: Array(der), status: status, provider: try row.decode(String?.self, forColumn: "provider"),
+            sessionStart: try row.decode(Double?.self, forColumn: "session_start").map { Date(timeIntervalSince1970: $0) },
+            renewalOf: try row.decode(String?.self, forColumn: "renewal_of"))
     }
 
     static func describe(_ error: any Error) -> String {
