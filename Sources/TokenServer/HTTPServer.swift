@@ -21,6 +21,7 @@ import TokenKit
 /// | `POST /v1/certificates/renew` | mutual TLS with the current certificate, `{csr}` → a new one |
 /// | `POST /v1/logout` | `{provider, token}` → the account's certificates revoked, its sessions ended |
 /// | `POST /v1/admin/revoke` | `Authorization: Bearer …`, `{serial | account, reason?}` |
+/// | `POST /v1/sso/openweb` | `{provider, token, codeA}` → `{codeB}` from OpenWeb's `register-user` |
 /// | `GET /v1/ca` | the CA root (PEM) |
 /// | `GET /v1/crl` | a signed CRL (DER) |
 /// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
@@ -61,6 +62,10 @@ public enum TokenHTTPServer {
             let body = try await collect(request, upTo: maxBody)
             let authorization = request.headers[.authorization]
             return try await withTimeout(timeout) { await service.adminRevoke(body, authorization: authorization) }.http
+        }
+        router.post("/v1/sso/openweb") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            return try await withTimeout(timeout) { await service.openWebSSO(body) }.http
         }
         router.get("/v1/ca") { _, _ -> Response in
             ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)).http

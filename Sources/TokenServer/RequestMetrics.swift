@@ -5,7 +5,7 @@ import Metrics
 import Synchronization
 
 /// The service's router with every request counted once, in `tokenserver_requests_total` with
-/// the dimensions `endpoint` (`auth`, `certificates`, `logout`, `admin_revoke`, `ca`, `crl`, `ocsp`,
+/// the dimensions `endpoint` (`auth`, `certificates`, `logout`, `admin_revoke`, `openweb`, `ca`, `crl`, `ocsp`,
 /// `healthz`, `metrics`;
 /// `unknown` for a path no route serves) and `status`. It wraps the whole router rather than
 /// sitting in it as a middleware, because a router's middleware never sees a request that matches
@@ -46,7 +46,7 @@ final class RequestCounters: Sendable {
     /// The endpoint dimension of each path the service serves.
     static let endpoints = [
         "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/certificates/renew": "renew", "/v1/logout": "logout",
-        "/v1/admin/revoke": "admin_revoke",
+        "/v1/admin/revoke": "admin_revoke", "/v1/sso/openweb": "openweb",
         "/v1/ca": "ca", "/v1/crl": "crl", "/v1/ocsp": "ocsp",
         "/healthz": "healthz", "/metrics": "metrics",
     ]

@@ -196,10 +196,12 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public var providers: [String: Provider] = [:]
     public var sessions: Sessions?
     public var admin: Admin?
+    /// OpenWeb single sign-on (`POST /v1/sso/openweb`); the endpoint answers 404 without it.
+    public var openweb: OpenWeb?
 
     public init() {}
 
-    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin }
+    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin, openweb }
 
     /// Keys that are left out take their defaults.
     public init(from decoder: any Decoder) throws {
@@ -213,6 +215,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         providers = try container.decodeIfPresent([String: Provider].self, forKey: .providers) ?? [:]
         sessions = try container.decodeIfPresent(Sessions.self, forKey: .sessions)
         admin = try container.decodeIfPresent(Admin.self, forKey: .admin)
+        openweb = try container.decodeIfPresent(OpenWeb.self, forKey: .openweb)
     }
 
     /// Parses and validates a configuration file's JSON.
@@ -296,6 +299,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
             }
             if let claim = provider.account?.claim, claim.isEmpty { throw ConfigurationError(key: "\(key).account.claim", "must not be empty") }
         }
+        try validateOpenWeb()
     }
 
     var maxBodyBytes: Int { limits?.maxBodyBytes ?? 64 * 1024 }

@@ -39,6 +39,8 @@ public final class TokenService: Sendable {
     /// does both.
     public static func start(configuration: ServerConfiguration, logger: Logger) async throws -> TokenService {
         try configuration.validate()
+        // OpenWeb's access token and trust roots; its client is made last, when nothing can throw.
+        let openWeb = try configuration.openweb.map(OpenWebSSO.Settings.load)
         let (authority, settings) = try ServerCA.loadOrCreate(configuration, logger: logger)
         let store = try LedgerStore.open(configuration.ledgerLocation, logger: logger)
         let policy = try settings.issuancePolicy()
@@ -51,7 +53,7 @@ public final class TokenService: Sendable {
         return TokenService(
             configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store,
             sessions: SessionDenyList(ledger: store.ledger, refreshInterval: configuration.sessionRefresh, logger: logger),
-            adminToken: adminToken)
+            adminToken: adminToken, openWeb: openWeb.map(OpenWebSSO.init(settings:)))
     }
 
     let store: LedgerStore
@@ -59,10 +61,12 @@ public final class TokenService: Sendable {
     let sessions: SessionDenyList
     /// The administrator's bearer secret, when `admin` is configured.
     let adminToken: [UInt8]?
+    /// OpenWeb's `register-user` client, when `openweb` is configured.
+    let openWeb: OpenWebSSO?
 
     init(
         configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?,
-        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?
+        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?, openWeb: OpenWebSSO? = nil
     ) {
         self.configuration = configuration
         self.ca = ca
@@ -72,6 +76,7 @@ public final class TokenService: Sendable {
         self.store = store
         self.sessions = sessions
         self.adminToken = adminToken
+        self.openWeb = openWeb
     }
 
     /// What must run while the service is in use: the ledger's connection pool (PostgreSQL) and
@@ -85,9 +90,10 @@ public final class TokenService: Sendable {
         try await sessions.reload()
     }
 
-    /// Closes the HTTP clients of remote providers. (The ledger closes with its services.)
+    /// Closes the HTTP clients of remote providers and OpenWeb's. (The ledger closes with its services.)
     public func shutdown() async {
         await providers.shutdown()
+        await openWeb?.shutdown()
     }
 
     /// ``verifiedCaller(_:)`` for the JSON endpoints other than the webhook: a refusal is an HTTP
