@@ -143,7 +143,7 @@ let package = Package(
             name: "TestSupport",
             dependencies: ["TokenKit"],
             path: "Tests/TestSupport",
-            exclude: ["keyserver.py"],
+            exclude: ["keyserver.py", "openweb_server.py"],
             swiftSettings: strictSettings
         ),
         .testTarget(
