@@ -96,6 +96,8 @@ let package = Package(
             name: "TokenServer",
             dependencies: [
                 "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),

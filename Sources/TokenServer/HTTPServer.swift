@@ -22,6 +22,8 @@ import TokenKit
 /// | `POST /v1/logout` | `{provider, token}` → the account's certificates revoked, its sessions ended |
 /// | `POST /v1/admin/revoke` | `Authorization: Bearer …`, `{serial | account, reason?}` |
 /// | `POST /v1/sso/openweb` | `{provider, token, codeA}` → `{codeB}` from OpenWeb's `register-user` |
+/// | `POST /v1/token` | token exchange (RFC 8693) → a JWT signed by the service's issuer |
+/// | `GET /.well-known/openid-configuration`, `GET /.well-known/jwks.json` | the issuer's discovery document and keys |
 /// | `GET /v1/ca` | the CA root (PEM) |
 /// | `GET /v1/crl` | a signed CRL (DER) |
 /// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
@@ -67,6 +69,13 @@ public enum TokenHTTPServer {
             let body = try await collect(request, upTo: maxBody)
             return try await withTimeout(timeout) { await service.openWebSSO(body) }.http
         }
+        router.post("/v1/token") { request, _ -> Response in
+            let body = try await collect(request, upTo: maxBody)
+            let contentType = request.headers[.contentType]
+            return try await withTimeout(timeout) { await service.exchange(body, contentType: contentType) }.http
+        }
+        router.get("/.well-known/openid-configuration") { _, _ -> Response in service.discoveryDocument().http }
+        router.get("/.well-known/jwks.json") { _, _ -> Response in service.publishedKeys().http }
         router.get("/v1/ca") { _, _ -> Response in
             ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)).http
         }
@@ -153,7 +162,12 @@ public enum TokenHTTPServer {
         _ service: TokenService, logger: Logger, signals: [UnixSignal] = [], metrics: PrometheusCollectorRegistry? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> ServiceGroup {
-        let app = try application(service, logger: logger, metrics: metrics, onRunning: onRunning)
+        let scheme = service.configuration.tls == nil ? "http" : "https"
+        let host = service.configuration.listen.host
+        let app = try application(service, logger: logger, metrics: metrics) { port in
+            service.listening(at: "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)")
+            await onRunning(port)
+        }
         return ServiceGroup(configuration: .init(services: service.services + [app], gracefulShutdownSignals: signals, logger: logger))
     }
 }

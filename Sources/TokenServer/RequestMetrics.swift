@@ -48,7 +48,8 @@ final class RequestCounters: Sendable {
         "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/certificates/renew": "renew", "/v1/logout": "logout",
         "/v1/admin/revoke": "admin_revoke", "/v1/sso/openweb": "openweb",
         "/v1/ca": "ca", "/v1/crl": "crl", "/v1/ocsp": "ocsp",
-        "/healthz": "healthz", "/metrics": "metrics",
+        "/healthz": "healthz", "/metrics": "metrics", "/v1/token": "token", "/.well-known/openid-configuration": "discovery",
+        "/.well-known/jwks.json": "jwks",
     ]
 
     private struct Key: Hashable {

@@ -185,6 +185,22 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var tokenFile: String
     }
 
+    /// The service's own token issuer (token exchange, RFC 8693): it signs tokens for an
+    /// allow-list of audiences and publishes its keys.
+    public struct Issuer: Sendable, Codable, Hashable {
+        /// The `iss` of its tokens and the base of its discovery document. Default: the address
+        /// the service listens on (`http(s)://host:port`).
+        public var url: String?
+        /// The audiences it will sign for; a request for any other is refused (`invalid_target`).
+        public var audiences: [String]
+        /// Longest lifetime of a token, never past the subject token's `exp`. Default 300 s.
+        public var lifetimeSeconds: Double?
+        /// The key directory every instance reads (see `IssuerKeyRing`). Default `<state>/issuer`.
+        public var keyDirectory: String?
+        /// How often the key directory is re-read (a rotation made elsewhere). Default 5 s.
+        public var reloadSeconds: Double?
+    }
+
     public var listen: Listen = Listen()
     public var tls: TLS?
     /// Directory for state (dev CA, ledger) when `ca`/`store` are not given. Default `tokentool-state`.
@@ -198,10 +214,11 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     public var admin: Admin?
     /// OpenWeb single sign-on (`POST /v1/sso/openweb`); the endpoint answers 404 without it.
     public var openweb: OpenWeb?
+    public var issuer: Issuer?
 
     public init() {}
 
-    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin, openweb }
+    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin, issuer, openweb }
 
     /// Keys that are left out take their defaults.
     public init(from decoder: any Decoder) throws {
@@ -216,6 +233,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         sessions = try container.decodeIfPresent(Sessions.self, forKey: .sessions)
         admin = try container.decodeIfPresent(Admin.self, forKey: .admin)
         openweb = try container.decodeIfPresent(OpenWeb.self, forKey: .openweb)
+        issuer = try container.decodeIfPresent(Issuer.self, forKey: .issuer)
     }
 
     /// Parses and validates a configuration file's JSON.
@@ -268,6 +286,20 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         if let age = sessions?.maxSessionAgeSeconds, !(age >= 60 && age <= 366 * 86_400) {
             throw ConfigurationError(key: "sessions.maxSessionAgeSeconds", "must be 60 to 31622400")
         }
+        if let issuer {
+            if let url = issuer.url, !(url.hasPrefix("https://") || url.hasPrefix("http://")) || URL(string: url)?.host == nil {
+                throw ConfigurationError(key: "issuer.url", "must be an http(s) URL")
+            }
+            if issuer.audiences.isEmpty || issuer.audiences.contains(where: \.isEmpty) {
+                throw ConfigurationError(key: "issuer.audiences", "must name at least one audience, none empty")
+            }
+            if let lifetime = issuer.lifetimeSeconds, !(lifetime >= 1 && lifetime <= 86_400) {
+                throw ConfigurationError(key: "issuer.lifetimeSeconds", "must be 1 to 86400")
+            }
+            if let reload = issuer.reloadSeconds, !(reload >= 0.05 && reload <= 3600) {
+                throw ConfigurationError(key: "issuer.reloadSeconds", "must be 0.05 to 3600")
+            }
+        }
         guard !providers.isEmpty else { throw ConfigurationError(key: "providers", "must name at least one provider") }
         for (name, provider) in providers {
             let key = "providers.\(name)"
@@ -305,6 +337,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     var maxBodyBytes: Int { limits?.maxBodyBytes ?? 64 * 1024 }
     var sessionRefresh: Duration { .milliseconds(Int64((sessions?.refreshSeconds ?? 1) * 1000)) }
     var maxSessionAge: Double { sessions?.maxSessionAgeSeconds ?? 7 * 86_400 }
+    var issuerKeyDirectory: String { issuer?.keyDirectory ?? (stateDirectory as NSString).appendingPathComponent("issuer") }
     var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
     var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
     var stateDirectory: String { state ?? "tokentool-state" }

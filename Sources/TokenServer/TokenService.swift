@@ -50,10 +50,16 @@ public final class TokenService: Sendable {
         if let admin = configuration.admin {
             adminToken = try AdminCredential.read(admin.tokenFile)
         }
+        var issuer: TokenIssuer?
+        if let issuerConfiguration = configuration.issuer {
+            do { issuer = try TokenIssuer(configuration: issuerConfiguration, keyDirectory: configuration.issuerKeyDirectory, logger: logger) } catch {
+                throw ConfigurationError(key: "issuer.keyDirectory", error.message)
+            }
+        }
         return TokenService(
             configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store,
             sessions: SessionDenyList(ledger: store.ledger, refreshInterval: configuration.sessionRefresh, logger: logger),
-            adminToken: adminToken, openWeb: openWeb.map(OpenWebSSO.init(settings:)))
+            adminToken: adminToken, openWeb: openWeb.map(OpenWebSSO.init(settings:)), issuer: issuer)
     }
 
     let store: LedgerStore
@@ -61,12 +67,14 @@ public final class TokenService: Sendable {
     let sessions: SessionDenyList
     /// The administrator's bearer secret, when `admin` is configured.
     let adminToken: [UInt8]?
+    /// The token issuer (token exchange), when `issuer` is configured.
+    let issuer: TokenIssuer?
     /// OpenWeb's `register-user` client, when `openweb` is configured.
     let openWeb: OpenWebSSO?
 
     init(
         configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?,
-        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?, openWeb: OpenWebSSO? = nil
+        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?, openWeb: OpenWebSSO? = nil, issuer: TokenIssuer? = nil
     ) {
         self.configuration = configuration
         self.ca = ca
@@ -76,12 +84,16 @@ public final class TokenService: Sendable {
         self.store = store
         self.sessions = sessions
         self.adminToken = adminToken
+        self.issuer = issuer
         self.openWeb = openWeb
     }
 
     /// What must run while the service is in use: the ledger's connection pool (PostgreSQL) and
     /// the reloading of the ended-sessions list.
-    public var services: [any Service] { store.services + [sessions] }
+    public var services: [any Service] { store.services + [sessions] + (issuer.map { [$0] } ?? []) }
+
+    /// Tells the service where it listens (the issuer's URL when none is configured).
+    public func listening(at base: String) { issuer?.listening(at: base) }
 
     /// Makes the ledger's tables if needed (PostgreSQL) and loads the ended sessions; needs
     /// ``services`` running.

@@ -25,7 +25,10 @@ struct Tokentool: AsyncParsableCommand {
                   --expires-in 3600 > token.jwt
               tokentool verify --key device.pub --iss me token.jwt
             """,
-        subcommands: [Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self, Serve.self, Demo.self]
+        subcommands: [
+            Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self,
+            Serve.self, IssuerCommand.self, Exchange.self, Demo.self,
+        ]
     )
 
     static func main() async {

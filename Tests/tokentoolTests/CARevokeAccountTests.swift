@@ -26,6 +26,10 @@ struct CARevokeAccountTests {
             ])
             #expect(issued.status == 0, "\(issued.err)")
             let object = try JSONSerialization.jsonObject(with: Data(issued.out.utf8)) as? [String: Any]
+            // ca issue --json carries the identity in its one JSON form.
+            let identity = object?["identity"] as? [String: Any]
+            #expect(identity?["account"] as? String == account, "\(issued.out)")
+            #expect(identity?["providerUID"] as? String == account)
             return try #require(object?["serial"] as? String)
         }
         let alice = [try issue("alice", 1), try issue("alice", 2)]

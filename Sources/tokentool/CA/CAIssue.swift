@@ -38,7 +38,7 @@ struct CAIssue: AsyncParsableCommand {
     @Option(help: "Shorter certificate validity in seconds.")
     var validity: Double?
 
-    @Flag(help: "Print a JSON object (serial, notAfter, SPIFFE ID, chain) instead of PEM.")
+    @Flag(help: "Print a JSON object (serial, notAfter, SPIFFE ID, chain, identity) instead of PEM.")
     var json = false
 
     @Argument(help: "The token, a file holding it, or - for standard input.")
@@ -84,6 +84,7 @@ struct CAIssue: AsyncParsableCommand {
                 "serial": .string(issued.serial), "spiffeID": .string(issued.identity.spiffeID),
                 "notBefore": .string(ISO8601DateFormatter().string(from: issued.notBefore)),
                 "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "chain": .string(issued.chainPEM),
+                "identity": issued.identity.jsonValue,
             ]))
         } else {
             print(issued.chainPEM, terminator: "")

@@ -1,0 +1,162 @@
+public import Foundation
+public import PeerCA
+import Synchronization
+public import TokenKit
+
+/// The signing keys of the service's own token issuer (token exchange), kept in one directory
+/// that every instance reads — the choice for several instances: a shared (0700) key directory,
+/// rather than private keys in the ledger database, so the database never holds a private key and
+/// rotation is one command run where the directory lives.
+///
+/// The directory holds `keys.json` (the manifest) and one PKCS#8 PEM file per key (`<kid>.pem`,
+/// mode 0600). Each key is `current` (signs), `next` (published before it signs, so verifiers
+/// have it cached when rotation makes it current) or `retired` (no longer signs; published until
+/// the last token it signed has expired). ``rotate(directory:retiredKeyLifetime:now:)`` makes the
+/// next key current, retires the current one, and makes a new next key: rotation without
+/// downtime. Instances reload the directory (``reload()``) to pick up a rotation.
+public final class IssuerKeyRing: Sendable {
+    /// One key's place in the rotation.
+    public struct Entry: Sendable, Codable, Hashable {
+        public enum State: String, Sendable, Codable, Hashable { case current, next, retired }
+        public var kid: String
+        public var state: State
+        /// For a retired key: published until then (the expiry of the last token it signed).
+        public var publishUntil: Date?
+    }
+
+    struct Manifest: Codable {
+        var keys: [Entry]
+    }
+
+    public let directory: String
+    private let loaded = Mutex<(signing: JWTKey, published: [JWTKey])?>(nil)
+
+    init(directory: String) { self.directory = directory }
+
+    /// Opens the key directory, making it (mode 0700) with a current and a next ES256 key when it
+    /// does not exist and `createIfMissing`.
+    public static func open(directory: String, createIfMissing: Bool) throws(PeerCAError) -> IssuerKeyRing {
+        let ring = IssuerKeyRing(directory: directory)
+        if !FileManager.default.fileExists(atPath: ring.manifestPath) {
+            guard createIfMissing else { throw PeerCAError(.invalidSettings, "\(directory) holds no issuer keys (keys.json)") }
+            try initialize(directory: directory)
+        }
+        try ring.reload()
+        return ring
+    }
+
+    var manifestPath: String { (directory as NSString).appendingPathComponent("keys.json") }
+    func keyPath(_ kid: String) -> String { (directory as NSString).appendingPathComponent("\(kid).pem") }
+
+    /// Makes a new key directory with a current and a next key; refuses an existing manifest.
+    public static func initialize(directory: String) throws(PeerCAError) {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch { throw PeerCAError(.io, "cannot create \(directory)") }
+        let ring = IssuerKeyRing(directory: directory)
+        let current = try ring.newKey(), next = try ring.newKey()
+        try ring.writeManifest(Manifest(keys: [Entry(kid: current, state: .current), Entry(kid: next, state: .next)]), replacing: false)
+    }
+
+    /// The key that signs now (private, with its `kid`).
+    public var signingKey: JWTKey {
+        get throws(PeerCAError) {
+            guard let loaded = loaded.withLock({ $0 }) else { throw PeerCAError(.invalidSettings, "the issuer keys are not loaded") }
+            return loaded.signing
+        }
+    }
+
+    /// The public keys to publish: current, next, and the retired ones still within their time.
+    public var publishedKeys: [JWTKey] { loaded.withLock { $0?.published ?? [] } }
+
+    /// Re-reads the manifest and the key files (a rotation made elsewhere takes effect here).
+    public func reload(now: Date = Date()) throws(PeerCAError) {
+        let manifest = try readManifest()
+        guard let current = manifest.keys.first(where: { $0.state == .current }) else {
+            throw PeerCAError(.invalidSettings, "\(manifestPath) names no current key")
+        }
+        let signing = try loadKey(current.kid)
+        var published: [JWTKey] = []
+        for entry in manifest.keys where entry.state != .retired || (entry.publishUntil ?? .distantPast) > now {
+            published.append(entry.kid == current.kid ? signing.publicKey : try loadKey(entry.kid).publicKey)
+        }
+        loaded.withLock { $0 = (signing, published) }
+    }
+
+    /// Rotates the keys in `directory`: next → current, current → retired (published for
+    /// `retiredKeyLifetime` more seconds: the longest lifetime of a token it signed), a new next
+    /// key; retired keys past their time are deleted. Returns the new manifest.
+    @discardableResult
+    public static func rotate(directory: String, retiredKeyLifetime: TimeInterval, now: Date = Date()) throws(PeerCAError) -> [Entry] {
+        let ring = IssuerKeyRing(directory: directory)
+        var manifest = try ring.readManifest()
+        guard let current = manifest.keys.firstIndex(where: { $0.state == .current }),
+            let next = manifest.keys.firstIndex(where: { $0.state == .next })
+        else { throw PeerCAError(.invalidSettings, "\(ring.manifestPath) needs a current and a next key") }
+        manifest.keys[current].state = .retired
+        manifest.keys[current].publishUntil = now.addingTimeInterval(retiredKeyLifetime)
+        manifest.keys[next].state = .current
+        manifest.keys.append(Entry(kid: try ring.newKey(), state: .next))
+        let expired = manifest.keys.filter { $0.state == .retired && ($0.publishUntil ?? .distantPast) <= now }
+        manifest.keys.removeAll { entry in expired.contains(entry) }
+        try ring.writeManifest(manifest, replacing: true)
+        for entry in expired { unlink(ring.keyPath(entry.kid)) }
+        return manifest.keys
+    }
+
+    /// The manifest's entries, for listing.
+    public static func entries(directory: String) throws(PeerCAError) -> [Entry] {
+        try IssuerKeyRing(directory: directory).readManifest().keys
+    }
+
+    // MARK: Files
+
+    private func newKey() throws(PeerCAError) -> String {
+        let key: JWTKey
+        do { key = try JWTKey.generate(.ec(.p256)) } catch { throw PeerCAError(.invalidCAMaterial, "cannot make an issuer key: \(error.message)") }
+        let kid: String
+        do { kid = try key.thumbprint() } catch { throw PeerCAError(.invalidCAMaterial, "cannot name an issuer key: \(error.message)") }
+        let pem: String
+        do { pem = try key.privatePEM() } catch { throw PeerCAError(.invalidCAMaterial, "cannot encode an issuer key: \(error.message)") }
+        try SecureFile.writeNew(keyPath(kid), Array(pem.utf8), mode: 0o600)
+        return kid
+    }
+
+    private func loadKey(_ kid: String) throws(PeerCAError) -> JWTKey {
+        guard kid.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw PeerCAError(.invalidSettings, "\(manifestPath) names a key id that is not a file name")
+        }
+        let path = keyPath(kid)
+        try SecureFile.checkPrivate(path)
+        guard let data = FileManager.default.contents(atPath: path) else { throw PeerCAError(.io, "cannot read \(path)") }
+        do { return try JWTKey(pem: String(decoding: data, as: UTF8.self), algorithms: [.es256], kid: kid) } catch {
+            throw PeerCAError(.invalidCAMaterial, "\(path): \(error.message)")
+        }
+    }
+
+    private func readManifest() throws(PeerCAError) -> Manifest {
+        guard let data = FileManager.default.contents(atPath: manifestPath) else { throw PeerCAError(.io, "cannot read \(manifestPath)") }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        do { return try decoder.decode(Manifest.self, from: data) } catch {
+            throw PeerCAError(.invalidSettings, "\(manifestPath) is not an issuer key manifest")
+        }
+    }
+
+    /// Writes the manifest: a new file, or (rotation) a temporary file renamed over the old one,
+    /// so a reader sees the old or the new manifest, never half of one.
+    private func writeManifest(_ manifest: Manifest, replacing: Bool) throws(PeerCAError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.dateEncodingStrategy = .secondsSince1970
+        let bytes: [UInt8]
+        do { bytes = Array(try encoder.encode(manifest)) + [0x0a] } catch { throw PeerCAError(.io, "cannot encode the issuer key manifest") }
+        guard replacing else { return try SecureFile.writeNew(manifestPath, bytes, mode: 0o644) }
+        let temporary = manifestPath + ".\(UUID().uuidString).tmp"
+        try SecureFile.writeNew(temporary, bytes, mode: 0o644)
+        guard rename(temporary, manifestPath) == 0 else {
+            unlink(temporary)
+            throw PeerCAError(.io, "cannot replace \(manifestPath)")
+        }
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `tokentool issuer` and `tokentool exchange` as a user runs them, against a live
+/// `tokentool serve` whose configuration has an issuer.
+@Suite("tokentool issuer and exchange")
+struct ExchangeCLITests {
+    @Test func exchangeRotateAndVerify() async throws {
+        try await offThePool { try walk() }
+    }
+
+    func walk() throws {
+        let dir = try temporaryDirectory()
+        let state = dir.appendingPathComponent("state").path
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let secret = (state as NSString).appendingPathComponent("idp.secret")
+        FileManager.default.createFile(atPath: secret, contents: Data("exchange-test-secret-0123456789abcdef".utf8), attributes: [.posixPermissions: 0o600])
+        let keys = (state as NSString).appendingPathComponent("issuer")
+        let configuration = """
+            {"state": "\(state)", "listen": {"port": 0},
+             "providers": {"idp": {"type": "hs256", "secretFile": "\(secret)", "issuers": ["idp"],
+               "permissions": {"read": {"everything": true, "queriesByCollection": {}}, "write": {"everything": false, "queriesByCollection": {}}}}},
+             "issuer": {"audiences": ["partner-api"], "keyDirectory": "\(keys)", "reloadSeconds": 0.1}}
+            """
+        try configuration.write(to: dir.appendingPathComponent("server.json"), atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = tokentoolExecutable
+        process.arguments = ["serve", "--config", "server.json"]
+        process.currentDirectoryURL = dir
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        var text = ""
+        let deadline = Date().addingTimeInterval(30)
+        while !text.contains("listening on"), Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        let base = try #require(text.firstMatch(of: /listening on (http:\/\/127\.0\.0\.1:\d+)/)?.1).description
+
+        let listed = try run(tokentoolExecutable, ["issuer", "list", "--dir", keys])
+        #expect(listed.out.contains("current") && listed.out.contains("next"), "\(listed.out)\(listed.err)")
+        let user = try run(tokentoolExecutable, ["sign", "--secret-file", secret, "--iss", "idp", "--sub", "u1", "--expires-in", "600"], cwd: dir)
+        #expect(user.status == 0, "\(user.err)")
+        let exchanged = try run(tokentoolExecutable, ["exchange", "--url", base, "--provider", "idp", "--audience", "partner-api", "-"], stdin: Data(user.out.utf8))
+        #expect(exchanged.status == 0, "\(exchanged.err)")
+        let token = exchanged.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let verified = try run(tokentoolExecutable, ["verify", "--oidc", base, "--allow-http-loopback", "--aud", "partner-api", "-"], stdin: Data(token.utf8))
+        #expect(verified.status == 0, "\(verified.out)\(verified.err)")
+        #expect(verified.out.contains("idp:u1"), "\(verified.out)")
+        let refused = try run(tokentoolExecutable, ["exchange", "--url", base, "--provider", "idp", "--audience", "evil", "-"], stdin: Data(user.out.utf8))
+        #expect(refused.status == 1)
+        #expect(refused.err.contains("REFUSED invalid_target"), "\(refused.err)")
+
+        let rotated = try run(tokentoolExecutable, ["issuer", "rotate", "--dir", keys, "--retire-after", "600"])
+        #expect(rotated.status == 0, "\(rotated.err)")
+        #expect(rotated.out.contains("retired (published until"), "\(rotated.out)")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try run(tokentoolExecutable, ["verify", "--oidc", base, "--allow-http-loopback", "--aud", "partner-api", "-"], stdin: Data(token.utf8)).status == 0)
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
