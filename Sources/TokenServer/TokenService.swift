@@ -35,7 +35,7 @@ public final class TokenService: Sendable {
 
     /// Loads (or creates, on first start) the CA, opens the ledger and builds the providers.
     /// Run ``services`` (a PostgreSQL ledger's connection pool) while the service is in use and
-    /// call ``prepare()`` once they run; ``TokenHTTPServer/serviceGroup(_:logger:signals:onRunning:)``
+    /// call ``prepare()`` once they run; ``TokenHTTPServer/serviceGroup(_:logger:signals:metrics:onRunning:)``
     /// does both.
     public static func start(configuration: ServerConfiguration, logger: Logger) async throws -> TokenService {
         try configuration.validate()

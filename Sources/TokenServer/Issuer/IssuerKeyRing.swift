@@ -13,7 +13,7 @@ public import TokenKit
 /// have it cached when rotation makes it current) or `retired` (no longer signs; published until
 /// the last token it signed has expired). ``rotate(directory:retiredKeyLifetime:now:)`` makes the
 /// next key current, retires the current one, and makes a new next key: rotation without
-/// downtime. Instances reload the directory (``reload()``) to pick up a rotation.
+/// downtime. Instances reload the directory (``reload(now:)``) to pick up a rotation.
 public final class IssuerKeyRing: Sendable {
     /// One key's place in the rotation.
     public struct Entry: Sendable, Codable, Hashable {
