@@ -361,7 +361,7 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
 
     /// ``SecureFile/checkPrivate(_:)`` for the secret or key file that configuration `key` names.
     static func checkPrivate(_ path: String, key: String) throws(ConfigurationError) {
-        do throws(PeerCAError) { try SecureFile.checkPrivate(path) } catch {
+        do throws(SecureFileError) { try SecureFile.checkPrivate(path) } catch {
             throw ConfigurationError(key: key, error.message)
         }
     }

@@ -144,8 +144,8 @@ enum SecretEncoding: String, ExpressibleByArgument, CaseIterable {
 enum Output {
     /// Writes a file that must not exist yet, atomically (temporary file, then link), with `mode`.
     static func writeNew(_ path: String, contents: [UInt8], mode: mode_t) throws {
-        do { try SecureFile.writeNew(path, contents, mode: mode) } catch {
-            throw CLIExit.usage(error.code == .fileExists ? "\(path) exists; tokentool never overwrites key files" : error.message)
+        do throws(SecureFileError) { try SecureFile.writeNew(path, contents, mode: mode) } catch {
+            throw CLIExit.usage(error.code == .exists ? "\(path) exists; tokentool never overwrites key files" : error.message)
         }
     }
 

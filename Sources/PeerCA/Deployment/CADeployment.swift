@@ -43,7 +43,10 @@ public struct CADeployment: Sendable {
     /// Writes `ca.json` (mode 0644, or 0600 when its store URL holds a password); refuses to
     /// replace an existing one.
     public func writeSettings(_ settings: CASettings) throws(PeerCAError) {
-        try SecureFile.writeNew(settingsPath, settings.encoded(), mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)
+        let bytes = try settings.encoded()
+        try caFile { () throws(SecureFileError) in
+            try SecureFile.writeNew(settingsPath, bytes, mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)
+        }
     }
 
     /// Creates the CA: keys and certificates (``CAFiles/create(_:passphrase:)``), then `ca.json`.

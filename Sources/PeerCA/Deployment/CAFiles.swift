@@ -27,10 +27,11 @@ public struct CAFiles: Sendable {
     /// Loads the CA; the issuing key must not be readable by group or others unless
     /// `allowInsecureKeyFile`.
     public func load(passphrase: String?, allowInsecureKeyFile: Bool = false) throws(PeerCAError) -> CertificateAuthority {
-        if !allowInsecureKeyFile { try SecureFile.checkPrivate(issuerKey) }
+        if !allowInsecureKeyFile { try caFile { () throws(SecureFileError) in try SecureFile.checkPrivate(issuerKey) } }
         return try CertificateAuthority(
-            rootPEM: try SecureFile.read(rootCertificate), issuerCertificatePEM: try SecureFile.read(issuerCertificate),
-            issuerKeyPEM: try SecureFile.read(issuerKey), passphrase: passphrase)
+            rootPEM: try caFile { () throws(SecureFileError) in try SecureFile.read(rootCertificate) },
+            issuerCertificatePEM: try caFile { () throws(SecureFileError) in try SecureFile.read(issuerCertificate) },
+            issuerKeyPEM: try caFile { () throws(SecureFileError) in try SecureFile.read(issuerKey) }, passphrase: passphrase)
     }
 
     /// Writes new material: keys first (0600), then certificates (0644); refuses if any file exists,
@@ -44,9 +45,13 @@ public struct CAFiles: Sendable {
         if let existing = files.first(where: { FileManager.default.fileExists(atPath: $0) }) {
             throw PeerCAError(.fileExists, "\(existing) exists; CA material is never overwritten")
         }
-        try SecureFile.writeNew(issuerKey, Array(try material.issuerKeyPEM(passphrase: passphrase).utf8), mode: 0o600)
-        if intermediate { try SecureFile.writeNew(rootKey, Array(try material.rootKeyPEM(passphrase: passphrase).utf8), mode: 0o600) }
-        try SecureFile.writeNew(rootCertificate, Array(material.authority.root.pemString.utf8), mode: 0o644)
-        try SecureFile.writeNew(issuerCertificate, Array(material.authority.issuer.pemString.utf8), mode: 0o644)
+        let issuerKeyPEM = try material.issuerKeyPEM(passphrase: passphrase)
+        let rootKeyPEM = intermediate ? try material.rootKeyPEM(passphrase: passphrase) : nil
+        try caFile { () throws(SecureFileError) in
+            try SecureFile.writeNew(issuerKey, Array(issuerKeyPEM.utf8), mode: 0o600)
+            if let rootKeyPEM { try SecureFile.writeNew(rootKey, Array(rootKeyPEM.utf8), mode: 0o600) }
+            try SecureFile.writeNew(rootCertificate, Array(material.authority.root.pemString.utf8), mode: 0o644)
+            try SecureFile.writeNew(issuerCertificate, Array(material.authority.issuer.pemString.utf8), mode: 0o644)
+        }
     }
 }

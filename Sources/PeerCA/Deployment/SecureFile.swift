@@ -3,16 +3,61 @@ public import Foundation
 import Glibc
 #endif
 
+/// What went wrong with a file that holds secrets or must not be overwritten: one error for every
+/// user of ``SecureFile`` (the CA, the server's configuration, the CLI), which each turn it into
+/// their own (``PeerCAError/init(_:)`` here).
+public struct SecureFileError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable {
+        /// The file exists; it is never overwritten.
+        case exists = "file_exists"
+        /// Group or others can read a file that holds secrets.
+        case notPrivate = "not_private"
+        /// The file could not be read, created or written.
+        case io
+    }
+
+    public let code: Code
+    /// The file.
+    public let path: String
+    /// What was wrong, in words (with the path; never the contents).
+    public let message: String
+
+    public init(_ code: Code, path: String, _ message: String) {
+        self.code = code
+        self.path = path
+        self.message = message
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
+extension PeerCAError {
+    /// A ``SecureFileError`` as PeerCA reports it: `exists` is ``Code/fileExists``, `notPrivate`
+    /// ``Code/invalidCAMaterial``, `io` ``Code/io``.
+    public init(_ error: SecureFileError) {
+        switch error.code {
+        case .exists: self.init(.fileExists, error.message)
+        case .notPrivate: self.init(.invalidCAMaterial, error.message)
+        case .io: self.init(.io, error.message)
+        }
+    }
+}
+
+/// Runs `body`, reporting a ``SecureFileError`` as a ``PeerCAError``.
+func caFile<T>(_ body: () throws(SecureFileError) -> T) throws(PeerCAError) -> T {
+    do { return try body() } catch { throw PeerCAError(error) }
+}
+
 /// Files holding secrets: created atomically and never overwritten, checked for permissions.
 public enum SecureFile {
     /// Writes a file that must not exist yet: a temporary file with `mode`, fsync'd, then linked
     /// into place (so no half-written file is ever visible and an existing one is never replaced).
-    public static func writeNew(_ path: String, _ contents: [UInt8], mode: mode_t) throws(PeerCAError) {
+    public static func writeNew(_ path: String, _ contents: [UInt8], mode: mode_t) throws(SecureFileError) {
         let directory = (path as NSString).deletingLastPathComponent
         let temporary = (directory.isEmpty ? "." : directory) + "/.tokentool-\(UUID().uuidString).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode)
         guard fd >= 0 else {
-            throw PeerCAError(.io, "cannot create a file in \(directory.isEmpty ? "." : directory): \(String(cString: strerror(errno)))")
+            throw SecureFileError(.io, path: path, "cannot create a file in \(directory.isEmpty ? "." : directory): \(String(cString: strerror(errno)))")
         }
         defer { unlink(temporary) }
         var written = 0
@@ -25,18 +70,18 @@ public enum SecureFile {
             return fsync(fd) == 0
         }
         close(fd)
-        guard ok else { throw PeerCAError(.io, "cannot write \(path)") }
+        guard ok else { throw SecureFileError(.io, path: path, "cannot write \(path)") }
         guard link(temporary, path) == 0 else {
-            if errno == EEXIST { throw PeerCAError(.fileExists, "\(path) exists; it is never overwritten") }
-            throw PeerCAError(.io, "cannot create \(path): \(String(cString: strerror(errno)))")
+            if errno == EEXIST { throw SecureFileError(.exists, path: path, "\(path) exists; it is never overwritten") }
+            throw SecureFileError(.io, path: path, "cannot create \(path): \(String(cString: strerror(errno)))")
         }
     }
 
     /// Refuses a secret file that group or others can read.
-    public static func checkPrivate(_ path: String) throws(PeerCAError) {
-        guard let mode = permissions(path) else { throw PeerCAError(.io, "cannot read \(path)") }
+    public static func checkPrivate(_ path: String) throws(SecureFileError) {
+        guard let mode = permissions(path) else { throw SecureFileError(.io, path: path, "cannot read \(path)") }
         if mode & 0o077 != 0 {
-            throw PeerCAError(.invalidCAMaterial, "\(path) holds secret key material but is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it")
+            throw SecureFileError(.notPrivate, path: path, "\(path) holds secret key material but is readable by group or others (mode \(String(mode, radix: 8))); chmod 600 it")
         }
     }
 
@@ -47,8 +92,8 @@ public enum SecureFile {
         return info.st_mode & 0o777
     }
 
-    static func read(_ path: String) throws(PeerCAError) -> String {
-        guard let data = FileManager.default.contents(atPath: path) else { throw PeerCAError(.io, "cannot read \(path)") }
+    static func read(_ path: String) throws(SecureFileError) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else { throw SecureFileError(.io, path: path, "cannot read \(path)") }
         return String(decoding: data, as: UTF8.self)
     }
 }

@@ -118,7 +118,8 @@ public final class IssuerKeyRing: Sendable {
         do { kid = try key.thumbprint() } catch { throw PeerCAError(.invalidCAMaterial, "cannot name an issuer key: \(error.message)") }
         let pem: String
         do { pem = try key.privatePEM() } catch { throw PeerCAError(.invalidCAMaterial, "cannot encode an issuer key: \(error.message)") }
-        try SecureFile.writeNew(keyPath(kid), Array(pem.utf8), mode: 0o600)
+        let path = keyPath(kid)
+        do throws(SecureFileError) { try SecureFile.writeNew(path, Array(pem.utf8), mode: 0o600) } catch { throw PeerCAError(error) }
         return kid
     }
 
@@ -127,7 +128,7 @@ public final class IssuerKeyRing: Sendable {
             throw PeerCAError(.invalidSettings, "\(manifestPath) names a key id that is not a file name")
         }
         let path = keyPath(kid)
-        try SecureFile.checkPrivate(path)
+        do throws(SecureFileError) { try SecureFile.checkPrivate(path) } catch { throw PeerCAError(error) }
         guard let data = FileManager.default.contents(atPath: path) else { throw PeerCAError(.io, "cannot read \(path)") }
         do { return try JWTKey(pem: String(decoding: data, as: UTF8.self), algorithms: [.es256], kid: kid) } catch {
             throw PeerCAError(.invalidCAMaterial, "\(path): \(error.message)")
@@ -151,9 +152,10 @@ public final class IssuerKeyRing: Sendable {
         encoder.dateEncodingStrategy = .secondsSince1970
         let bytes: [UInt8]
         do { bytes = Array(try encoder.encode(manifest)) + [0x0a] } catch { throw PeerCAError(.io, "cannot encode the issuer key manifest") }
-        guard replacing else { return try SecureFile.writeNew(manifestPath, bytes, mode: 0o644) }
-        let temporary = manifestPath + ".\(UUID().uuidString).tmp"
-        try SecureFile.writeNew(temporary, bytes, mode: 0o644)
+        let target = replacing ? manifestPath + ".\(UUID().uuidString).tmp" : manifestPath
+        do throws(SecureFileError) { try SecureFile.writeNew(target, bytes, mode: 0o644) } catch { throw PeerCAError(error) }
+        guard replacing else { return }
+        let temporary = target
         guard rename(temporary, manifestPath) == 0 else {
             unlink(temporary)
             throw PeerCAError(.io, "cannot replace \(manifestPath)")
