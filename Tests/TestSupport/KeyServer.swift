@@ -111,17 +111,7 @@ public final class KeyServer: Sendable {
         _ = FileManager.default.createFile(atPath: dir.appendingPathComponent("requests.log").path, contents: nil)
         try KeyServer.write(routes, to: dir)
         try process.run()
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { throw TestFailure("keyserver.py exited before listening") }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5).prefix { $0.isNumber }) else {
-            throw TestFailure("keyserver.py said \(text)")
-        }
-        self.port = port
+        self.port = try announcedPort(out.fileHandleForReading, server: "keyserver.py")
     }
 
     public func setRoutes(_ routes: [String: Route]) throws { try KeyServer.write(routes, to: dir) }
@@ -153,4 +143,20 @@ public final class KeyServer: Sendable {
     }
 
     public var baseURL: String { "https://localhost:\(port)" }
+}
+
+/// The port a test server script announces on its first line (`PORT n`): it listens on a port the
+/// OS picked and says which.
+public func announcedPort(_ output: FileHandle, server: String) throws -> Int {
+    var line = Data()
+    while !line.contains(UInt8(ascii: "\n")) {
+        let chunk = output.availableData
+        if chunk.isEmpty { throw TestFailure("\(server) exited before listening") }
+        line.append(chunk)
+    }
+    let text = String(decoding: line, as: UTF8.self)
+    guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5).prefix { $0.isNumber }) else {
+        throw TestFailure("\(server) said \(text)")
+    }
+    return port
 }

@@ -45,17 +45,7 @@ final class OpenWebServer: Sendable {
         self.process = process
         self.stdin = stdin
         try process.run()
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { throw TestFailure("openweb_server.py exited before listening") }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5).prefix { $0.isNumber }) else {
-            throw TestFailure("openweb_server.py said \(text)")
-        }
-        self.port = port
+        self.port = try announcedPort(out.fileHandleForReading, server: "openweb_server.py")
     }
 
     var baseURL: String { "https://localhost:\(port)/api" }

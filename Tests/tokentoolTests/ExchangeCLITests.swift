@@ -28,22 +28,10 @@ struct ExchangeCLITests {
              "issuer": {"audiences": ["partner-api"], "keyDirectory": "\(keys)", "reloadSeconds": 0.1}}
             """
         try configuration.write(to: dir.appendingPathComponent("server.json"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = tokentoolExecutable
-        process.arguments = ["serve", "--config", "server.json"]
-        process.currentDirectoryURL = dir
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let serve = try ServeProcess.start(until: "listening on", arguments: ["serve", "--config", "server.json"], in: dir)
+        let process = serve.process
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        var text = ""
-        let deadline = Date().addingTimeInterval(30)
-        while !text.contains("listening on"), Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let text = serve.output
         let base = try #require(text.firstMatch(of: /listening on (http:\/\/127\.0\.0\.1:\d+)/)?.1).description
 
         let listed = try run(tokentoolExecutable, ["issuer", "list", "--dir", keys])

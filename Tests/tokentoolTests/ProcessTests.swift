@@ -194,11 +194,11 @@ struct ServeProcess {
     let directory: URL
     let output: String
 
-    static func start(until marker: String) throws -> ServeProcess {
-        let dir = try temporaryDirectory()
+    static func start(until marker: String, arguments: [String] = ["serve", "--port", "0"], in directory: URL? = nil) throws -> ServeProcess {
+        let dir = try directory ?? temporaryDirectory()
         let process = Process()
         process.executableURL = tokentoolExecutable
-        process.arguments = ["serve", "--port", "0"]
+        process.arguments = arguments
         process.currentDirectoryURL = dir
         let out = Pipe()
         process.standardOutput = out
