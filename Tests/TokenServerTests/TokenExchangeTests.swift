@@ -148,6 +148,39 @@ struct TokenExchangeTests {
         }
     }
 
+    /// Several instances share one key directory: they publish the same keys, so a token one
+    /// issues verifies against the other's JWKS, before and after a rotation.
+    @Test func instancesSharingTheKeyDirectoryPublishTheSameKeys() async throws {
+        let keys = try temporaryDirectory().appendingPathComponent("issuer").path
+        let shared: @Sendable (inout ServerConfiguration) -> Void = { configuration in
+            configuration.issuer = ServerConfiguration.Issuer(
+                url: "https://auth.example", audiences: ["partner-api"], lifetimeSeconds: 600, keyDirectory: keys, reloadSeconds: 0.1)
+        }
+        try await LiveServer.with(configure: shared) { first in
+            try await LiveServer.with(configure: { configuration in
+                shared(&configuration)
+                configuration.providers["dev"]?.secretFile = ServerConfiguration.devSecretPath(state: first.state.path)
+            }) { second in
+                func jwks(_ server: LiveServer) async throws -> String { String(decoding: try await server.request(.GET, "/.well-known/jwks.json").body, as: UTF8.self) }
+                func verifyAgainst(_ server: LiveServer, _ token: String) async throws -> Int32 {
+                    try await runDetached(tokentoolExecutable, [
+                        "verify", "--jwks", server.base + "/.well-known/jwks.json", "--allow-http-loopback", "--iss", "https://auth.example",
+                        "--aud", "partner-api", "-",
+                    ], stdin: Data(token.utf8)).status
+                }
+                #expect(try await jwks(first) == jwks(second))
+                let token = try #require(try await Self.exchange(first, ["subject_token": try first.token()]).json["access_token"]?.stringValue)
+                #expect(try await verifyAgainst(second, token) == 0)
+                try IssuerKeyRing.rotate(directory: keys, retiredKeyLifetime: 600)
+                try await Task.sleep(for: .milliseconds(500))
+                #expect(try await jwks(first) == jwks(second))
+                let rotated = try #require(try await Self.exchange(second, ["subject_token": try first.token()]).json["access_token"]?.stringValue)
+                #expect(try await verifyAgainst(first, rotated) == 0)
+                #expect(try await verifyAgainst(first, token) == 0, "the retired key is still published")
+            }
+        }
+    }
+
     @Test func withoutAnIssuerTheEndpointsAreOff() async throws {
         try await LiveServer.with { server in
             let jwks = try await server.request(.GET, "/.well-known/jwks.json")
