@@ -42,6 +42,11 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var certificate: String
         /// PEM private key of the server (mode 0600).
         public var key: String
+
+        public init(certificate: String, key: String) {
+            self.certificate = certificate
+            self.key = key
+        }
     }
 
     public struct CA: Sendable, Codable, Hashable {

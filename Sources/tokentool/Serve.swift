@@ -45,6 +45,16 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port (overrides the configuration; 0 picks a free one).")
     var port: Int?
 
+    @Option(help: "PEM certificate chain: serve HTTPS (with --tls-key; overrides the configuration's tls). Devices may then renew over mutual TLS.")
+    var tlsCertificate: String?
+
+    @Option(help: "PEM private key of --tls-certificate (mode 0600).")
+    var tlsKey: String?
+
+    func validate() throws {
+        if (tlsCertificate == nil) != (tlsKey == nil) { throw ValidationError("--tls-certificate and --tls-key go together") }
+    }
+
     @Flag(help: "Start, send one webhook request and one certificate request to itself, print the answers, and stop.")
     var selfCheck = false
 
@@ -59,6 +69,7 @@ struct Serve: AsyncParsableCommand {
             configuration = try ServerConfiguration.embeddedDefaults(state: state)
         }
         if let port { configuration.listen.port = port }
+        if let tlsCertificate, let tlsKey { configuration.tls = ServerConfiguration.TLS(certificate: tlsCertificate, key: tlsKey) }
         if selfCheck { configuration.listen.port = 0 }
         let service: TokenService
         do { service = try await TokenService.start(configuration: configuration, logger: logger) } catch let error as ConfigurationError {

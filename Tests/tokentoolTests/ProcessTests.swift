@@ -66,6 +66,13 @@ struct ServeProcessTests {
         #expect(bad.err.contains("--store"), "\(bad.err)")
     }
 
+    @Test func tlsOptionsGoTogether() throws {
+        let dir = try temporaryDirectory()
+        let result = try run(tokentoolExecutable, ["serve", "--tls-certificate", "server.pem"], cwd: dir)
+        #expect(result.status == 2)
+        #expect(result.err.contains("--tls-certificate and --tls-key go together"), "\(result.err)")
+    }
+
     @Test func badConfigurationNamesTheKey() throws {
         let dir = try temporaryDirectory()
         try #"{"providers": {"auth0": {"type": "oidc"}}}"#.write(to: dir.appendingPathComponent("bad.json"), atomically: true, encoding: .utf8)

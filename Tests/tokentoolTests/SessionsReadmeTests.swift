@@ -39,4 +39,28 @@ struct SessionsReadmeTests {
         serve.process.terminate()
         serve.process.waitUntilExit()
     }
+
+    /// The README's renewal lines: serve over HTTPS (on a port the OS picks instead of 8443), a
+    /// certificate, then its renewal over mutual TLS with no token.
+    @Test func theReadmeRenewalLinesWork() async throws {
+        try await offThePool { try renewal() }
+    }
+
+    func renewal() throws {
+        let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
+        let block = try #require(readme.firstMatch(of: /<!-- renew:begin -->\n```sh\n([\s\S]*?)```\n<!-- renew:end -->/)?.1)
+        #expect(block.contains("--port 8443"))
+        // The trap stops the server the block starts even when a line fails before `kill $SERVE`.
+        let script = "set -euo pipefail\ntrap 'if [ -n \"${SERVE:-}\" ]; then kill $SERVE 2>/dev/null || true; fi' EXIT\n"
+            + block.replacingOccurrences(of: "--port 8443", with: "--port 0")
+        let dir = try temporaryDirectory()
+        let tools = tokentoolExecutable.deletingLastPathComponent().path
+        let bash = try #require(which("bash"))
+        let result = try run(bash, ["-c", "export PATH=\"\(tools):$PATH\"\n" + script], cwd: dir)
+        #expect(result.status == 0, "\(result.out)\(result.err)")
+        let issued = (try? String(contentsOf: dir.appendingPathComponent("issued.json"), encoding: .utf8)) ?? ""
+        let serial = issued.firstMatch(of: /"serial":"([0-9a-f]+)"/).map { String($0.1) } ?? "none"
+        #expect(result.out.contains(#""renewalOf":"\#(serial)""#), "\(result.out)\(issued)")
+        #expect(result.out.contains(#""account":"dev:ada""#), "\(result.out)")
+    }
 }
