@@ -17,6 +17,8 @@ struct ProviderVerifier: Sendable {
     /// What a verified token says, for the webhook and the CA.
     struct Outcome: Sendable {
         let token: VerifiedToken
+        /// The token's payload, parsed once (for the identity and the permissions claim).
+        let claims: [String: JSONValue]
         let identity: PeerIdentity
         /// Extra facts for the webhook's `userInfo` (a HAT token's PDA and application).
         var userInfo: [String: JSONValue]
@@ -28,14 +30,15 @@ struct ProviderVerifier: Sendable {
     func verify(_ token: String, now: Date = Date()) async throws -> Outcome {
         let verified: TokenSourceVerifier.Verified
         do throws(RemoteVerificationError) { verified = try await verifier.verify(token) } catch { throw error.underlying }
-        let identity = try identityRules.identity(for: verified.token, now: now)
+        let claims = verified.token.payload
+        let identity = try identityRules.identity(for: verified.token, payload: claims, now: now)
         var info: [String: JSONValue] = [:]
         if let hat = verified.hat {
             info["pda"] = .string(hat.pdaHost)
             if let application = hat.application { info["application"] = .string(application) }
             if let version = hat.applicationVersion { info["applicationVersion"] = .string(version) }
         }
-        return Outcome(token: verified.token, identity: identity, userInfo: info)
+        return Outcome(token: verified.token, claims: claims, identity: identity, userInfo: info)
     }
 
     /// The user's Ditto permissions: from the permissions claim when the provider names one and

@@ -183,9 +183,8 @@ public final class TokenService: Sendable {
         } catch {
             return refusal(error, provider: request.providerName)
         }
-        let claims = outcome.token.payload  // parsed once
         let permissions: JSONValue
-        do throws(ServiceRefusal) { permissions = try request.provider.permissions(claims) } catch {
+        do throws(ServiceRefusal) { permissions = try request.provider.permissions(outcome.claims) } catch {
             return refusal(error, provider: request.providerName)
         }
         let now = Date().timeIntervalSince1970

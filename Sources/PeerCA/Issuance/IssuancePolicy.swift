@@ -56,7 +56,12 @@ public struct IssuancePolicy: Sendable {
 
     /// The identity a verified token establishes, or a typed error naming what is missing.
     public func identity(for token: VerifiedToken, now: Date) throws(PeerCAError) -> PeerIdentity {
-        let payload = token.payload
+        try identity(for: token, payload: token.payload, now: now)
+    }
+
+    /// ``identity(for:now:)`` with the token's payload already parsed (`token.payload` parses on
+    /// each access; a caller that reads other claims too parses once and passes it here).
+    public func identity(for token: VerifiedToken, payload: [String: JSONValue], now: Date) throws(PeerCAError) -> PeerIdentity {
         guard let issuer = token.claims.issuer, !issuer.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"iss\"") }
         guard let subject = token.claims.subject, !subject.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"sub\"") }
         guard let expiration = token.claims.expirationDate else { throw PeerCAError(.policyViolation, "the token has no \"exp\"") }
