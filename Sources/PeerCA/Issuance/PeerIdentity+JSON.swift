@@ -7,20 +7,22 @@ extension PeerIdentity {
     /// `issuer`, `spiffeID`, `name`, `profile`, `factors` (`method`, `signedInAt`), `acr`,
     /// `issuedAt`, `expiresAt`, `permissions`; times in ISO 8601, absent members left out.
     public var jsonValue: JSONValue {
-        let time = ISO8601DateFormatter()
+        // A format style, not an ISO8601DateFormatter: this runs for every webhook request, and a
+        // formatter is costly to make.
+        let time = Date.ISO8601FormatStyle()
         var object: [String: JSONValue] = [
             "account": .string(accountUID), "provider": .string(provider), "providerUID": .string(providerUID),
-            "issuer": .string(issuer), "spiffeID": .string(spiffeID), "expiresAt": .string(time.string(from: expiresAt)),
+            "issuer": .string(issuer), "spiffeID": .string(spiffeID), "expiresAt": .string(time.format(expiresAt)),
             "profile": .object(profile.mapValues { .string($0) }),
             "factors": .array(factors.map { factor in
                 var entry: [String: JSONValue] = ["method": .string(factor.method)]
-                if let at = factor.signedInAt { entry["signedInAt"] = .string(time.string(from: at)) }
+                if let at = factor.signedInAt { entry["signedInAt"] = .string(time.format(at)) }
                 return .object(entry)
             }),
         ]
         if let displayName { object["name"] = .string(displayName) }
         if let authenticationContext { object["acr"] = .string(authenticationContext) }
-        if let issuedAt { object["issuedAt"] = .string(time.string(from: issuedAt)) }
+        if let issuedAt { object["issuedAt"] = .string(time.format(issuedAt)) }
         if !permissions.isEmpty { object["permissions"] = .array(permissions.map { .string($0) }) }
         return .object(object)
     }
