@@ -97,21 +97,11 @@ public final class KeyServer: Sendable {
         let pki = try TestPKI.shared.get()
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("keyserver-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        var arguments = ["python3", KeyServer.script, "--routes", dir.appendingPathComponent("routes.json").path, "--log", dir.appendingPathComponent("requests.log").path]
+        var arguments = ["--routes", dir.appendingPathComponent("routes.json").path, "--log", dir.appendingPathComponent("requests.log").path]
         if !plain { arguments += ["--cert", pki.certFile, "--key", pki.keyFile] }
-        process.arguments = arguments
-        let out = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = out
-        process.standardInput = stdin
-        self.process = process
-        self.stdin = stdin
         _ = FileManager.default.createFile(atPath: dir.appendingPathComponent("requests.log").path, contents: nil)
         try KeyServer.write(routes, to: dir)
-        try process.run()
-        self.port = try announcedPort(out.fileHandleForReading, server: "keyserver.py")
+        (process, stdin, port) = try startScriptServer(KeyServer.script, arguments)
     }
 
     public func setRoutes(_ routes: [String: Route]) throws { try KeyServer.write(routes, to: dir) }
@@ -159,4 +149,19 @@ public func announcedPort(_ output: FileHandle, server: String) throws -> Int {
         throw TestFailure("\(server) said \(text)")
     }
     return port
+}
+
+/// Starts a Python test server script (`python3 SCRIPT ARGUMENTS`) that listens on a port the OS
+/// picks and announces it; returns the process, its standard input (the server stops when it
+/// closes) and the port.
+public func startScriptServer(_ script: String, _ arguments: [String]) throws -> (process: Process, stdin: Pipe, port: Int) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", script] + arguments
+    let out = Pipe()
+    let stdin = Pipe()
+    process.standardOutput = out
+    process.standardInput = stdin
+    try process.run()
+    return (process, stdin, try announcedPort(out.fileHandleForReading, server: (script as NSString).lastPathComponent))
 }

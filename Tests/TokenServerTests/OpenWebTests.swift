@@ -32,20 +32,10 @@ final class OpenWebServer: Sendable {
         tokenFile = dir.appendingPathComponent("openweb.token").path
         try SecureFile.writeNew(tokenFile, Array((accessToken + "\n").utf8), mode: 0o600)
         _ = FileManager.default.createFile(atPath: dir.appendingPathComponent("requests.log").path, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", Self.script, "--cert", pki.certFile, "--key", pki.keyFile, "--token-file", tokenFile,
+        (process, stdin, port) = try startScriptServer(Self.script, [
+            "--cert", pki.certFile, "--key", pki.keyFile, "--token-file", tokenFile,
             "--log", dir.appendingPathComponent("requests.log").path, "--mode-file", dir.appendingPathComponent("mode.json").path,
-        ]
-        let out = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = out
-        process.standardInput = stdin
-        self.process = process
-        self.stdin = stdin
-        try process.run()
-        self.port = try announcedPort(out.fileHandleForReading, server: "openweb_server.py")
+        ])
     }
 
     var baseURL: String { "https://localhost:\(port)/api" }
