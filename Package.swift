@@ -184,6 +184,8 @@ let package = Package(
             name: "LedgerTests",
             dependencies: [
                 "PeerCA", "PeerCAPostgres", "TestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

@@ -8,6 +8,7 @@ public import ServiceLifecycle
 /// The issuance ledger in PostgreSQL, for several CA instances behind a load balancer: serials
 /// and token uses are unique across instances (primary keys), revocations made through one
 /// instance are in every instance's CRL, and a commit is durable before a certificate is returned.
+/// Concurrent ``record(_:claiming:)`` calls share one transaction and one commit (group commit).
 ///
 /// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
 /// while the ledger is in use, and call ``migrate()`` once it runs. Its errors are
@@ -15,11 +16,16 @@ public import ServiceLifecycle
 public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
     let logger: Logger
+    /// Concurrent ``record(_:claiming:)`` calls share transactions (group commit).
+    private let commits: GroupCommit<LedgerRecord>
 
     /// A ledger for `postgres://user:password@host:port/database[?sslmode=disable|prefer|require]`.
     public init(url: String, logger: Logger) throws(PeerCAError) {
-        self.client = PostgresClient(configuration: try PostgresLedger.configuration(url), backgroundLogger: logger)
+        let client = PostgresClient(configuration: try PostgresLedger.configuration(url), backgroundLogger: logger)
+        self.client = client
         self.logger = logger
+        // The batch writer holds the client and logger, not the ledger (no reference cycle).
+        commits = GroupCommit { batch in await PostgresLedger.write(batch, client: client, logger: logger) }
     }
 
     /// Runs the connection pool until cancelled or shut down gracefully.
@@ -110,30 +116,96 @@ public final class PostgresLedger: CertificateLedger, Service {
         """
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
-        let der = ByteBuffer(bytes: entry.der)
-        do {
-            try await client.withTransaction(logger: logger) { connection in
-                try await connection.query(
-                    """
-                    INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                        not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                    VALUES (\(entry.serial), \(entry.subject), \(entry.commonName), \(entry.tokenIssuer), \(entry.tokenSubject),
-                        \(entry.tokenID), \(entry.keyFingerprint), \(entry.notBefore.timeIntervalSince1970),
-                        \(entry.notAfter.timeIntervalSince1970), \(entry.issuedAt.timeIntervalSince1970), \(der), \(entry.provider),
-                        \(entry.sessionStart?.timeIntervalSince1970), \(entry.renewalOf))
-                    """, logger: logger)
-                if let use {
-                    try await connection.query(
-                        "INSERT INTO token_uses (issuer, token_id, serial) VALUES (\(use.issuer), \(use.tokenID), \(entry.serial))", logger: logger)
+        try await commits.submit(LedgerRecord(entry: entry, use: use))
+    }
+
+    /// Batches written by ``record(_:claiming:)`` and the records in them.
+    package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
+
+    /// Writes a batch: one transaction with one multi-row INSERT per table (one commit, one WAL
+    /// flush). When a unique key refuses it (a reused token or an existing serial, by this
+    /// instance or another), nothing of it was written, and each record is then written in a
+    /// transaction of its own, so that only the refused ones fail.
+    static func write(_ batch: [LedgerRecord], client: PostgresClient, logger: Logger) async -> [Result<Void, PeerCAError>] {
+        if batch.count > 1 {
+            do {
+                let (certificates, uses) = try PostgresLedger.inserts(batch)
+                try await client.withTransaction(logger: logger) { connection in
+                    try await connection.query(certificates, logger: logger)
+                    if let uses { try await connection.query(uses, logger: logger) }
                 }
-            }
-        } catch {
-            switch PostgresLedger.uniqueViolation(error) {
-            case "token_uses_pkey"?: throw PeerCAError(.tokenReused, "this token (jti) was already used for a certificate")
-            case .some: throw PeerCAError(.serialExists, "serial \(entry.serial) is recorded already")
-            case nil: throw PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
+                return batch.map { _ in .success(()) }
+            } catch where PostgresLedger.uniqueViolation(error) != nil {
+                // One at a time below, to tell which.
+            } catch {
+                let failure = PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
+                return batch.map { _ in .failure(failure) }
             }
         }
+        var results: [Result<Void, PeerCAError>] = []
+        for record in batch {
+            do {
+                let (certificate, use) = try PostgresLedger.inserts([record])
+                try await client.withTransaction(logger: logger) { connection in
+                    try await connection.query(certificate, logger: logger)
+                    if let use { try await connection.query(use, logger: logger) }
+                }
+                results.append(.success(()))
+            } catch {
+                if let constraint = PostgresLedger.uniqueViolation(error) {
+                    results.append(.failure(record.duplicate(tokenUse: constraint == "token_uses_pkey")))
+                } else {
+                    results.append(.failure(PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")))
+                }
+            }
+        }
+        return results
+    }
+
+    /// The INSERT of `batch`'s certificates, and of their token uses when any claims one.
+    static func inserts(_ batch: [LedgerRecord]) throws -> (certificates: PostgresQuery, uses: PostgresQuery?) {
+        var bindings = PostgresBindings(capacity: batch.count * 14)
+        var rows: [String] = []
+        rows.reserveCapacity(batch.count)
+        for record in batch {
+            let entry = record.entry
+            let first = bindings.count
+            try bindings.append(entry.serial)
+            try bindings.append(entry.subject)
+            try bindings.append(entry.commonName)
+            try bindings.append(entry.tokenIssuer)
+            try bindings.append(entry.tokenSubject)
+            try bindings.append(entry.tokenID)
+            try bindings.append(entry.keyFingerprint)
+            try bindings.append(entry.notBefore.timeIntervalSince1970)
+            try bindings.append(entry.notAfter.timeIntervalSince1970)
+            try bindings.append(entry.issuedAt.timeIntervalSince1970)
+            try bindings.append(ByteBuffer(bytes: entry.der))
+            try bindings.append(entry.provider)
+            try bindings.append(entry.sessionStart?.timeIntervalSince1970)
+            try bindings.append(entry.renewalOf)
+            rows.append("(" + (first + 1...first + 14).map { "$\($0)" }.joined(separator: ", ") + ")")
+        }
+        let certificates = PostgresQuery(
+            unsafeSQL: """
+                INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                    not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                VALUES
+                """ + " " + rows.joined(separator: ", "),
+            binds: bindings)
+        var useBindings = PostgresBindings()
+        var useRows: [String] = []
+        for record in batch {
+            guard let use = record.use else { continue }
+            let first = useBindings.count
+            try useBindings.append(use.issuer)
+            try useBindings.append(use.tokenID)
+            try useBindings.append(record.entry.serial)
+            useRows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
+        }
+        let uses = useRows.isEmpty
+            ? nil : PostgresQuery(unsafeSQL: "INSERT INTO token_uses (issuer, token_id, serial) VALUES " + useRows.joined(separator: ", "), binds: useBindings)
+        return (certificates, uses)
     }
 
     public func entry(serial: String) async throws(PeerCAError) -> LedgerEntry? {

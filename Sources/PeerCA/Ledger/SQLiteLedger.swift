@@ -4,11 +4,17 @@ import GRDB
 /// The issuance ledger in one SQLite file (WAL, `synchronous = FULL`: a recorded certificate
 /// survives a crash or power loss).
 ///
+/// Concurrent ``record(_:claiming:)`` calls are written together (group commit): one transaction
+/// and one flush for all the certificates that arrived while the previous flush ran, each in its
+/// own savepoint, and none of them answered before the flush.
+///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
 /// ```
 public final class SQLiteLedger: CertificateLedger {
     private let pool: DatabasePool
+    /// Concurrent ``record(_:claiming:)`` calls share transactions (group commit).
+    private let commits: GroupCommit<LedgerRecord>
 
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date.
     public init(path: String) throws(PeerCAError) {
@@ -71,35 +77,63 @@ public final class SQLiteLedger: CertificateLedger {
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
+        let pool = self.pool
+        commits = GroupCommit { batch in await SQLiteLedger.write(batch, to: pool) }
     }
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
+        try await commits.submit(LedgerRecord(entry: entry, use: use))
+    }
+
+    /// Transactions written by ``record(_:claiming:)`` and the records in them.
+    package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
+
+    /// Writes a batch of records in one transaction (one WAL flush with `synchronous = FULL`), each
+    /// in a savepoint of its own, so that a duplicate serial or token use fails only its record.
+    static func write(_ batch: [LedgerRecord], to pool: DatabasePool) async -> [Result<Void, PeerCAError>] {
         do {
-            try await pool.write { db in
-                try db.execute(
-                    sql: """
-                        INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                            not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
-                        entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
-                        entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
-                        entry.issuedAt.timeIntervalSince1970, Data(entry.der), entry.provider, entry.sessionStart?.timeIntervalSince1970,
-                        entry.renewalOf,
-                    ])
-                if let use {
-                    try db.execute(
-                        sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)", arguments: [use.issuer, use.tokenID, entry.serial])
+            return try await pool.writeWithoutTransaction { db in
+                var results: [Result<Void, PeerCAError>] = []
+                results.reserveCapacity(batch.count)
+                try db.inTransaction(.immediate) {
+                    for record in batch {
+                        do {
+                            try db.inSavepoint {
+                                try insert(record, into: db)
+                                return .commit
+                            }
+                            results.append(.success(()))
+                        } catch let error as DatabaseError where UpstreamErrors.sqliteUniqueTable(error) != nil {
+                            results.append(.failure(record.duplicate(tokenUse: UpstreamErrors.sqliteUniqueTable(error) == "token_uses")))
+                        }
+                    }
+                    return .commit
                 }
+                return results
             }
-        } catch let error as DatabaseError where UpstreamErrors.sqliteUniqueTable(error) != nil {
-            if UpstreamErrors.sqliteUniqueTable(error) == "token_uses" {
-                throw PeerCAError(.tokenReused, "this token (jti) was already used for a certificate")
-            }
-            throw PeerCAError(.serialExists, "serial \(entry.serial) is recorded already")
         } catch {
-            throw PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
+            let failure = PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
+            return batch.map { _ in .failure(failure) }
+        }
+    }
+
+    private static func insert(_ record: LedgerRecord, into db: Database) throws {
+        let entry = record.entry
+        try db.execute(
+            sql: """
+                INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                    not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
+                entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
+                entry.issuedAt.timeIntervalSince1970, Data(entry.der), entry.provider, entry.sessionStart?.timeIntervalSince1970,
+                entry.renewalOf,
+            ])
+        if let use = record.use {
+            try db.execute(
+                sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)", arguments: [use.issuer, use.tokenID, entry.serial])
         }
     }
 

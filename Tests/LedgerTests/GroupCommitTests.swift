@@ -1,0 +1,241 @@
+import Foundation
+import GRDB
+import Logging
+import PeerCA
+import PeerCAPostgres
+import PostgresNIO
+import Synchronization
+import TestSupport
+import Testing
+
+/// A gate a batch write waits at until the test opens it.
+private final class Gate: Sendable {
+    private let stream: AsyncStream<Void>
+    private let continuation: AsyncStream<Void>.Continuation
+    init() { (stream, continuation) = AsyncStream<Void>.makeStream() }
+    func wait() async { for await _ in stream { return } }
+    func open() { continuation.finish() }
+}
+
+/// Polls `condition` every millisecond for up to 20 s (a condition that never holds fails the test,
+/// it does not hang it).
+private func eventually(_ what: String, _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(20)
+    while !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("never: \(what)")
+            throw CancellationError()
+        }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+}
+
+/// Group commit: the requests that arrive while a batch is written go together in the next one,
+/// nobody is answered before their batch is written, and each gets its own result.
+@Suite("Group commit")
+struct GroupCommitTests {
+    @Test func requestsArrivingDuringAWriteShareTheNextBatchAndWaitForIt() async throws {
+        let gate = Gate()
+        let batches = Mutex<[[Int]]>([])
+        let commits = GroupCommit<Int> { batch in
+            batches.withLock { $0.append(batch) }
+            if batch == [0] { await gate.wait() }
+            return batch.map { $0 == 7 ? .failure(PeerCAError(.serialExists, "seven exists")) : .success(()) }
+        }
+        let answered = Mutex(0)
+        let submit: @Sendable (Int) async -> (Int, PeerCAError.Code?) = { i in
+            defer { answered.withLock { $0 += 1 } }
+            do throws(PeerCAError) {
+                try await commits.submit(i)
+                return (i, nil)
+            } catch {
+                return (i, error.code)
+            }
+        }
+        try await withThrowingTaskGroup(of: (Int, PeerCAError.Code?).self) { group in
+            // The first request finds no batch running: it is written at once, alone.
+            group.addTask { await submit(0) }
+            try await eventually("the first batch starts") { commits.statistics.batches == 1 }
+            for i in 1...9 { group.addTask { await submit(i) } }
+            try await eventually("nine requests wait") { commits.statistics.waiting == 9 }
+            #expect(answered.withLock { $0 } == 0, "nobody is answered while their batch is not written")
+            gate.open()
+            var outcomes: [Int: PeerCAError.Code?] = [:]
+            for try await (i, code) in group { outcomes[i] = code }
+            #expect(outcomes.count == 10)
+            #expect(outcomes[7] == .some(.serialExists), "one request's failure is its own")
+            #expect(outcomes.filter { $0.key != 7 }.allSatisfy { $0.value == nil })
+        }
+        let written = batches.withLock { $0 }
+        #expect(written.count == 2)
+        #expect(written.first == [0])
+        #expect(Set(written.last ?? []) == Set(1...9), "the nine waiting requests go in one batch")
+        let statistics = commits.statistics
+        #expect((statistics.batches, statistics.requests, statistics.waiting, statistics.largestBatch) == (2, 10, 0, 9))
+    }
+
+    @Test func batchesAreCappedAndAShortResultFailsTheRestRatherThanHang() async throws {
+        let gate = Gate()
+        let commits = GroupCommit<Int>(maximumBatch: 4) { batch in
+            if batch == [0] { await gate.wait() }
+            return Array(batch.map { _ in Result<Void, PeerCAError>.success(()) }.prefix(3))  // one result short
+        }
+        let codes = try await withThrowingTaskGroup(of: PeerCAError.Code?.self) { group in
+            for i in 0..<9 {
+                group.addTask {
+                    do throws(PeerCAError) {
+                        try await commits.submit(i)
+                        return nil
+                    } catch { return error.code }
+                }
+                if i == 0 { try await eventually("the first batch starts") { commits.statistics.batches == 1 } }
+            }
+            try await eventually("eight requests wait") { commits.statistics.waiting == 8 }
+            gate.open()
+            var codes: [PeerCAError.Code?] = []
+            for try await code in group { codes.append(code) }
+            return codes
+        }
+        // Batches [0], then 4 and 4: the last of each four has no result.
+        #expect(commits.statistics.batches == 3)
+        #expect(commits.statistics.largestBatch == 4)
+        #expect(codes.filter { $0 == PeerCAError.Code.ledger }.count == 2)
+        #expect(codes.filter { $0 == nil }.count == 7)
+    }
+
+    /// The SQLite ledger: while another connection holds the write lock, 40 records queue behind
+    /// the first; when it lets go, they are written in one transaction, and all are there.
+    @Test func theSQLiteLedgerWritesWaitingRecordsInOneTransaction() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        var configuration = Configuration()
+        configuration.allowsUnsafeTransactions = true
+        let other = try DatabaseQueue(path: path, configuration: configuration)
+        try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await ledger.record(entry("3000"), claiming: TokenUse(issuer: "i", tokenID: "t-0")) }
+            try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
+            for i in 1...40 {
+                group.addTask { try await ledger.record(entry(String(format: "3%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)")) }
+            }
+            try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "COMMIT") }
+            try await group.waitForAll()
+        }
+        #expect(ledger.commitStatistics.batches == 2)
+        #expect(ledger.commitStatistics.largestBatch == 40)
+        #expect(try await ledger.recent(limit: 100).count == 41)
+        let uses = try await other.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM token_uses") }
+        #expect(uses == 41)
+    }
+
+    /// The PostgreSQL ledger: while another session holds an exclusive lock on the table, 40
+    /// records queue behind the first; when it commits, they go in one multi-row INSERT.
+    @Test func thePostgresLedgerWritesWaitingRecordsInOneTransaction() async throws {
+        let logger = Logger(label: "group-commit-tests")
+        try await withTestPostgres { url in
+            try await LedgerStore.with(.postgres(url: url), logger: logger) { opened in
+                let ledger = try #require(opened as? PostgresLedger)
+                let components = try #require(URLComponents(string: url))
+                let client = PostgresClient(
+                    configuration: .init(
+                        host: try #require(components.host), port: components.port ?? 5432, username: try #require(components.user),
+                        password: components.password, database: String(components.path.dropFirst()), tls: .disable),
+                    backgroundLogger: logger)
+                try await withThrowingTaskGroup(of: Void.self) { service in
+                    service.addTask { await client.run() }
+                    try await client.withConnection { connection in
+                        try await connection.query("BEGIN", logger: logger)
+                        try await connection.query("LOCK TABLE certificates IN EXCLUSIVE MODE", logger: logger)
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            group.addTask { try await ledger.record(entry("5000"), claiming: TokenUse(issuer: "i", tokenID: "t-0")) }
+                            try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
+                            for i in 1...40 {
+                                group.addTask {
+                                    try await ledger.record(entry(String(format: "5%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)"))
+                                }
+                            }
+                            try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
+                            try await connection.query("COMMIT", logger: logger)
+                            try await group.waitForAll()
+                        }
+                    }
+                    service.cancelAll()
+                }
+                #expect(ledger.commitStatistics.batches == 2)
+                #expect(ledger.commitStatistics.largestBatch == 40)
+                #expect(try await ledger.recent(limit: 100).count == 41)
+            }
+        }
+    }
+}
+
+extension LedgerConformanceTests {
+    /// Many records at once on one handle (so they share transactions): the ones refused by a
+    /// unique key — a token use claimed before or twice in the same burst, a serial that exists —
+    /// fail alone, with their own code, and leave nothing; every other one is recorded.
+    @Test(arguments: Backend.allCases)
+    func refusedRecordsInABurstFailAloneAndLeaveNothing(_ backend: Backend) async throws {
+        try await backend.withLedgers { ledgers in
+            let ledger = ledgers[0]
+            try await ledger.record(entry("4000"), claiming: TokenUse(issuer: "i", tokenID: "claimed"))
+            enum Kind: Sendable { case fresh, claimedBefore, claimedTwiceInBurst, existingSerial }
+            let kinds: [Kind] = (0..<120).map { i in
+                switch i % 12 {
+                case 3: .claimedBefore
+                case 5, 6: .claimedTwiceInBurst
+                case 9: .existingSerial
+                default: .fresh
+                }
+            }
+            let outcomes = await withTaskGroup(of: (Int, PeerCAError.Code?).self) { group in
+                for (i, kind) in kinds.enumerated() {
+                    group.addTask {
+                        let serial = kind == .existingSerial ? "4000" : String(format: "4%03x", i + 1)
+                        let use: TokenUse? = switch kind {
+                        case .fresh: i % 2 == 0 ? nil : TokenUse(issuer: "i", tokenID: "fresh-\(i)")
+                        case .claimedBefore: TokenUse(issuer: "i", tokenID: "claimed")
+                        case .claimedTwiceInBurst: TokenUse(issuer: "i", tokenID: "pair-\(i / 12)")
+                        case .existingSerial: TokenUse(issuer: "i", tokenID: "for-an-existing-serial-\(i)")
+                        }
+                        do throws(PeerCAError) {
+                            try await ledger.record(entry(serial, commonName: "burst-\(i)"), claiming: use)
+                            return (i, nil)
+                        } catch {
+                            return (i, error.code)
+                        }
+                    }
+                }
+                var outcomes: [Int: PeerCAError.Code?] = [:]
+                for await (i, code) in group { outcomes[i] = code }
+                return outcomes
+            }
+            for (i, kind) in kinds.enumerated() {
+                switch kind {
+                case .fresh:
+                    #expect(outcomes[i] == .some(nil), "\(i): a fresh record is recorded")
+                    #expect(try await ledger.entry(serial: String(format: "4%03x", i + 1))?.commonName == "burst-\(i)")
+                case .claimedBefore:
+                    #expect(outcomes[i] == .some(.tokenReused), "\(i)")
+                    #expect(try await ledger.entry(serial: String(format: "4%03x", i + 1)) == nil, "\(i): nothing left of it")
+                case .existingSerial:
+                    #expect(outcomes[i] == .some(.serialExists), "\(i)")
+                case .claimedTwiceInBurst:
+                    break
+                }
+            }
+            // Of each pair claiming one token, exactly one is recorded.
+            for pair in 0..<10 {
+                let members = [pair * 12 + 5, pair * 12 + 6]
+                let codes = members.map { outcomes[$0] ?? .some(.ledger) }
+                #expect(codes.filter { $0 == nil }.count == 1, "pair \(pair): \(codes)")
+                #expect(codes.filter { $0 == .tokenReused }.count == 1, "pair \(pair): \(codes)")
+            }
+            #expect(try await ledger.entry(serial: "4000")?.commonName == "user-1", "the existing row stays")
+            // Recorded: the first row, 80 fresh, one of each of the 10 pairs.
+            #expect(try await ledger.recent(limit: 1000).count == 1 + 80 + 10)
+            // A use refused with its record was not recorded: claiming it now works.
+            try await ledger.record(entry("4fff"), claiming: TokenUse(issuer: "i", tokenID: "for-an-existing-serial-9"))
+        }
+    }
+}
