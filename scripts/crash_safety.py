@@ -181,6 +181,21 @@ def check(round_number, revoked):
     return not failures
 
 
+group_commit = {"commits": 0, "certificates": 0}
+
+
+def ledger_commits():
+    """(transactions, certificates) the running server's ledger has written (GET /metrics), or None."""
+    try:
+        text = get("/metrics", timeout=5)[1].decode()
+    except Exception:
+        return None
+    values = dict(re.findall(r"^(tokenserver_ledger_commits|tokenserver_ledger_committed_certificates) ([0-9.e+]+)$", text, re.M))
+    if len(values) != 2:
+        return None
+    return int(float(values["tokenserver_ledger_commits"])), int(float(values["tokenserver_ledger_committed_certificates"]))
+
+
 def main():
     server = start_server()
     token = dev_token()
@@ -209,6 +224,10 @@ def main():
                 else:
                     print(f"  revoke {serial} failed while serving: {output.strip()}", flush=True)
                     ok = False
+        commits = ledger_commits()
+        if commits:
+            group_commit["commits"] += commits[0]
+            group_commit["certificates"] += commits[1]
         if graceful:
             server.send_signal(signal.SIGTERM)
             try:
@@ -230,6 +249,9 @@ def main():
     server.wait(timeout=30)
     print(f"{args.rounds} kill -9 rounds and one SIGTERM round in {time.time() - started:.0f} s: {stats['ok']} certificates received, "
           f"{len(revoked)} revoked, {stats['failed']} unexpected answers; " + ("all checks passed" if ok else "FAILED"))
+    if group_commit["commits"]:
+        print(f"group commit: {group_commit['certificates']} certificates in {group_commit['commits']} ledger transactions before the signals "
+              f"({group_commit['certificates'] / group_commit['commits']:.1f} per transaction)")
     if ok:
         subprocess.run(["rm", "-rf", work])
     else:

@@ -43,6 +43,12 @@ public struct LedgerStore: Sendable {
         }
     }
 
+    /// The ledger's group commit so far: transactions written and certificates in them.
+    package var commitStatistics: GroupCommit<LedgerRecord>.Statistics? {
+        if let postgres { return postgres.commitStatistics }
+        return (ledger as? SQLiteLedger)?.commitStatistics
+    }
+
     /// Makes the PostgreSQL ledger's tables if they do not exist yet (safe from several instances
     /// at once). Needs ``services`` running.
     public func prepare() async throws(PeerCAError) {

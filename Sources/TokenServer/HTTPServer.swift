@@ -7,6 +7,8 @@ public import Logging
 import Metrics
 import NIOCore
 import NIOSSL
+import PeerCA
+import PeerCAPostgres
 public import Prometheus
 public import ServiceLifecycle
 public import UnixSignals
@@ -88,8 +90,19 @@ public enum TokenHTTPServer {
             ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)).http
         }
         if let metrics {
+            // The ledger's group commit, read at each scrape: certificates per transaction is
+            // certificates / commits.
+            let commits = metrics.makeGauge(name: "tokenserver_ledger_commits", help: "Ledger transactions that recorded certificates")
+            let committed = metrics.makeGauge(
+                name: "tokenserver_ledger_committed_certificates", help: "Certificates recorded by those transactions")
+            let largest = metrics.makeGauge(name: "tokenserver_ledger_largest_commit", help: "The most certificates one transaction recorded")
             router.get("/metrics") { _, _ -> Response in
-                ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http
+                if let statistics = service.store.commitStatistics {
+                    commits.set(Int64(statistics.batches))
+                    committed.set(Int64(statistics.requests))
+                    largest.set(Int64(statistics.largestBatch))
+                }
+                return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http
             }
         }
         return CountedRouter(router: router, counters: RequestCounters(factory: metricsFactory))

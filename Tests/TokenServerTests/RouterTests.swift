@@ -5,6 +5,7 @@ import Logging
 import MetricsTestKit
 import NIOCore
 import PeerCA
+import Prometheus
 import TestSupport
 import Testing
 import TokenKit
@@ -256,6 +257,27 @@ struct RouterTests {
             #expect(count(endpoint: "auth", status: 413) == 1)
             #expect(count(endpoint: "unknown", status: 404) == 1)
             #expect(count(endpoint: "metrics", status: 404) == 1, "no registry, no /metrics")
+        }
+    }
+
+    /// /metrics shows the ledger's group commit: transactions and the certificates in them.
+    @Test func metricsShowTheLedgersCommits() async throws {
+        let fixture = try await Fixture()
+        let registry = PrometheusCollectorRegistry()
+        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
+        try await app.test(.router) { client in
+            for _ in 0..<3 {
+                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+                let issued = try await client.execute(
+                    uri: "/v1/certificates", method: .post,
+                    body: fixture.body(["provider": .string("dev"), "token": .string(try fixture.token()), "csr": .string(csr)]))
+                #expect(issued.status == .ok)
+            }
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            // One at a time: three transactions of one certificate each.
+            #expect(metrics.contains("\ntokenserver_ledger_commits 3"), "\(metrics)")
+            #expect(metrics.contains("\ntokenserver_ledger_committed_certificates 3"))
+            #expect(metrics.contains("\ntokenserver_ledger_largest_commit 1"))
         }
     }
 }
