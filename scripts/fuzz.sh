@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Builds TokenKit's libFuzzer targets (Fuzz/) with -sanitize=fuzzer,address and runs each for
 # SECONDS (default 60), seeded from TestVectors. Findings (crash-*, leak-*, timeout-*) land in
-# fuzz-out/<target>/; turn each into a regression test. Usage: scripts/fuzz.sh [SECONDS] [TARGET…]
+# fuzz-out/<target>/; turn each into a regression test. Each run appends a line to
+# fuzz-out/runs.tsv (date, target, wall s, CPU s, executions, new units, exit status, findings);
+# `scripts/fuzz.sh --totals` sums it per target (the CPU hours the README reports).
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--totals" ]; then
+    [ -f fuzz-out/runs.tsv ] || { echo "no runs recorded in fuzz-out/runs.tsv" >&2; exit 1; }
+    awk -F'\t' '{ wall[$2] += $3; cpu[$2] += $4; ex[$2] += $5; nu[$2] += $6; runs[$2]++; if ($7 != 0 || $8 != 0) bad[$2]++ }
+        END { printf "%-12s %5s %10s %10s %14s %10s %s\n", "target", "runs", "wall_h", "cpu_h", "executions", "new_units", "failed_runs";
+              for (t in runs) printf "%-12s %5d %10.2f %10.2f %14d %10d %d\n", t, runs[t], wall[t] / 3600, cpu[t] / 3600, ex[t], nu[t], bad[t] }' fuzz-out/runs.tsv
+    exit 0
+fi
 seconds="${1:-60}"
 shift || true
 targets=("$@")
@@ -13,7 +23,7 @@ targets=("$@")
 # 6.3.1: the objects had AddressSanitizer but no __sanitizer_cov calls, and libFuzzer ran blind), so
 # the coverage is asked for explicitly.
 swift build --package-path Fuzz -c release --build-path .build-fuzz \
-    --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library -Xswiftc -sanitize-coverage=edge,trace-cmp >/dev/null
+    --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library -Xswiftc -sanitize=fuzzer >/dev/null
 
 seed() {  # seed DIR FILE…: one file per input line or whole file
     local dir=$1; shift
@@ -46,7 +56,26 @@ printf '\1{"provider":"dev","token":"@T","csr":"-----BEGIN CERTIFICATE REQUEST--
 export SWIFT_BACKTRACE=enable=no
 for target in "${targets[@]}"; do
     mkdir -p "$work/$target/findings"
+    binary="$PWD/.build-fuzz/release/$target"
+    # Instrumented or not: a binary whose Swift code lacks coverage runs blind (libFuzzer then
+    # warns "Is the code instrumented for coverage?"), and one built with the old trace-pc-guard
+    # coverage refuses to start. Either stops here rather than count as fuzzing.
+    check=$(cd "$work/$target/findings" && "$binary" ../corpus -runs=2000 2>&1 || true)
+    if ! grep -q "cov: [0-9]" <<<"$check" || grep -q "instrumented for coverage\|no longer supported" <<<"$check"; then
+        echo "$target: not instrumented for coverage; rebuild (rm -rf .build-fuzz):" >&2
+        grep -m3 "WARNING\|ERROR\|no longer" <<<"$check" >&2 || true
+        exit 1
+    fi
     echo "== $target: ${seconds}s"
-    (cd "$work/$target/findings" && "../../../.build-fuzz/release/$target" ../corpus \
-        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -12)
+    log="$work/$target/last-run.log"
+    status=0
+    (cd "$work/$target/findings" && /usr/bin/time -f "cpu_seconds %U %S wall_seconds %e" "$binary" ../corpus \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 > "$log" 2>&1) || status=$?
+    tail -12 "$log"
+    cpu=$(awk '/^cpu_seconds/ { printf "%.0f", $2 + $3 }' "$log")
+    wall=$(awk '/^cpu_seconds/ { printf "%.0f", $5 }' "$log")
+    executions=$(awk -F': *' '/stat::number_of_executed_units/ { print $2 }' "$log")
+    units=$(awk -F': *' '/stat::new_units_added/ { print $2 }' "$log")
+    findings=$(find "$work/$target/findings" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$target" "${wall:-0}" "${cpu:-0}" "${executions:-0}" "${units:-0}" "$status" "$findings" >> "$work/runs.tsv"
 done
