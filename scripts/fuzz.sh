@@ -67,7 +67,7 @@ for target in "${targets[@]}"; do
         exit 1
     fi
     echo "== $target: ${seconds}s"
-    log="$work/$target/last-run.log"
+    log="$PWD/$work/$target/last-run.log"
     status=0
     (cd "$work/$target/findings" && /usr/bin/time -f "cpu_seconds %U %S wall_seconds %e" "$binary" ../corpus \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 > "$log" 2>&1) || status=$?
