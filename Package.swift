@@ -7,6 +7,18 @@ let strictSettings: [SwiftSetting] = [
     .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
+// Package traits decide which external packages a package that depends on this one resolves and
+// builds. The default trait enables all of them, so `swift build`, `swift test` and `swift run
+// tokentool` here work as before. A package that only verifies tokens writes `traits: []` on its
+// `.package(url: …)` line (TokenKit needs no external package) or `traits: ["PDAKeys"]`. Every
+// external product a target uses is guarded by one of these conditions: SwiftPM leaves a package
+// dependency out of resolution only when no target uses it unguarded, so one unguarded
+// `.product(…)` brings its package back for every user (scripts/light_consumer.sh checks it).
+let pda: TargetDependencyCondition? = .when(traits: ["PDAKeys"])
+let peerCA: TargetDependencyCondition? = .when(traits: ["PeerCA"])
+let postgres: TargetDependencyCondition? = .when(traits: ["PeerCAPostgres"])
+let server: TargetDependencyCondition? = .when(traits: ["TokenServer"])
+
 let package = Package(
     name: "tokentool",
     platforms: [.macOS(.v15)],
@@ -18,6 +30,23 @@ let package = Package(
         .library(name: "TokenServer", targets: ["TokenServer"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
         .executable(name: "tokenbench", targets: ["tokenbench"]),
+    ],
+    traits: [
+        .trait(
+            name: "PDAKeys",
+            description: "The PDAKeys library (async-http-client, SwiftNIO, NIOSSL, swift-log, swift-metrics)."),
+        .trait(
+            name: "PeerCA",
+            description: "The PeerCA library (swift-certificates, swift-crypto, GRDB, SwiftNIO, swift-log)."),
+        .trait(
+            name: "PeerCAPostgres",
+            description: "The PeerCAPostgres ledger (postgres-nio, swift-service-lifecycle).",
+            enabledTraits: ["PeerCA"]),
+        .trait(
+            name: "TokenServer",
+            description: "The TokenServer library, the tokentool CLI, tokenbench and the tests (everything).",
+            enabledTraits: ["PDAKeys", "PeerCA", "PeerCAPostgres"]),
+        .default(enabledTraits: ["TokenServer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -57,12 +86,12 @@ let package = Package(
             name: "PDAKeys",
             dependencies: [
                 "TokenKit",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: pda),
+                .product(name: "NIOCore", package: "swift-nio", condition: pda),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: pda),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: pda),
+                .product(name: "Logging", package: "swift-log", condition: pda),
+                .product(name: "Metrics", package: "swift-metrics", condition: pda),
             ],
             swiftSettings: strictSettings
         ),
@@ -70,14 +99,14 @@ let package = Package(
             name: "PeerCA",
             dependencies: [
                 "TokenKit",
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
-                .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "X509", package: "swift-certificates", condition: peerCA),
+                .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
+                .product(name: "Crypto", package: "swift-crypto", condition: peerCA),
+                .product(name: "_CryptoExtras", package: "swift-crypto", condition: peerCA),
+                .product(name: "GRDB", package: "GRDB.swift", condition: peerCA),
+                .product(name: "NIOCore", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerCA),
+                .product(name: "Logging", package: "swift-log", condition: peerCA),
             ],
             swiftSettings: strictSettings
         ),
@@ -85,10 +114,10 @@ let package = Package(
             name: "PeerCAPostgres",
             dependencies: [
                 "PeerCA",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: postgres),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: postgres),
+                .product(name: "NIOCore", package: "swift-nio", condition: postgres),
+                .product(name: "Logging", package: "swift-log", condition: postgres),
             ],
             swiftSettings: strictSettings
         ),
@@ -96,19 +125,19 @@ let package = Package(
             name: "TokenServer",
             dependencies: [
                 "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "HummingbirdTLS", package: "hummingbird"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: server),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: server),
+                .product(name: "Hummingbird", package: "hummingbird", condition: server),
+                .product(name: "HummingbirdCore", package: "hummingbird", condition: server),
+                .product(name: "HummingbirdTLS", package: "hummingbird", condition: server),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: server),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle", condition: server),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: server),
+                .product(name: "Metrics", package: "swift-metrics", condition: server),
+                .product(name: "Logging", package: "swift-log", condition: server),
+                .product(name: "HTTPTypes", package: "swift-http-types", condition: server),
+                .product(name: "NIOCore", package: "swift-nio", condition: server),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
             ],
             swiftSettings: strictSettings
         ),
@@ -116,15 +145,15 @@ let package = Package(
             name: "tokentool",
             dependencies: [
                 "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "TokenServer",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: server),
+                .product(name: "Metrics", package: "swift-metrics", condition: server),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: server),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: server),
+                .product(name: "Logging", package: "swift-log", condition: server),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle", condition: server),
+                .product(name: "NIOCore", package: "swift-nio", condition: server),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: server),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: server),
             ],
             swiftSettings: strictSettings
         ),
@@ -136,7 +165,7 @@ let package = Package(
             name: "tokenbench",
             dependencies: [
                 "TokenKit", "PeerCA", "COpenSSL", "CAllocCounter",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: server),
             ],
             path: "Benchmarks/tokenbench",
             swiftSettings: strictSettings
@@ -157,8 +186,8 @@ let package = Package(
             name: "PDAKeysTests",
             dependencies: [
                 "PDAKeys", "TokenKit", "TestSupport",
-                .product(name: "MetricsTestKit", package: "swift-metrics"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: pda),
+                .product(name: "Logging", package: "swift-log", condition: pda),
             ],
             swiftSettings: strictSettings
         ),
@@ -166,17 +195,17 @@ let package = Package(
             name: "TokenServerTests",
             dependencies: [
                 "TokenServer", "PeerCA", "TokenKit", "TestSupport",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "MetricsTestKit", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: server),
+                .product(name: "Hummingbird", package: "hummingbird", condition: server),
+                .product(name: "HummingbirdTesting", package: "hummingbird", condition: server),
+                .product(name: "Metrics", package: "swift-metrics", condition: server),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: server),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: server),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: server),
+                .product(name: "Logging", package: "swift-log", condition: server),
+                .product(name: "NIOCore", package: "swift-nio", condition: server),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: server),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
             ],
             swiftSettings: strictSettings
         ),
@@ -184,9 +213,9 @@ let package = Package(
             name: "LedgerTests",
             dependencies: [
                 "PeerCA", "PeerCAPostgres", "TestSupport",
-                .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRDB", package: "GRDB.swift", condition: postgres),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: postgres),
+                .product(name: "Logging", package: "swift-log", condition: postgres),
             ],
             swiftSettings: strictSettings
         ),
@@ -194,10 +223,10 @@ let package = Package(
             name: "PeerCATests",
             dependencies: [
                 "PeerCA", "TokenKit", "TestSupport",
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates", condition: peerCA),
+                .product(name: "NIOCore", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOPosix", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerCA),
             ],
             swiftSettings: strictSettings
         ),
