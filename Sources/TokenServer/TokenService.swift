@@ -262,12 +262,13 @@ public final class TokenService: Sendable {
     /// when the device should renew (two thirds into the validity; the server side of
     /// `authenticationExpiringSoon`).
     static func certificateReply(_ issued: IssuedCertificate, renewalOf: String? = nil) -> JSONValue {
-        let time = ISO8601DateFormatter()
+        // A format style (same text as ISO8601DateFormatter's default), not a formatter made per reply.
+        let time = Date.ISO8601FormatStyle()
         let start = max(issued.notBefore, Date())
         let renewAfter = start.addingTimeInterval(issued.notAfter.timeIntervalSince(start) * 2 / 3)
         var object: [String: JSONValue] = [
             "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
-            "notAfter": .string(time.string(from: issued.notAfter)), "renewAfter": .string(time.string(from: renewAfter)),
+            "notAfter": .string(time.format(issued.notAfter)), "renewAfter": .string(time.format(renewAfter)),
             "spiffeID": .string(issued.identity.spiffeID), "identity": issued.identity.jsonValue,
         ]
         if let renewalOf { object["renewalOf"] = .string(renewalOf) }
