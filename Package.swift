@@ -164,8 +164,13 @@ let package = Package(
         .executableTarget(
             name: "tokenbench",
             dependencies: [
-                "TokenKit", "PeerCA", "COpenSSL", "CAllocCounter",
+                "TokenKit", "PeerCA", "PeerCAPostgres", "COpenSSL", "CAllocCounter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: server),
+                .product(name: "X509", package: "swift-certificates", condition: server),
+                // The issuance rows count the ledger's rows; --ledger-growth fills SQLite and PostgreSQL ledgers.
+                .product(name: "GRDB", package: "GRDB.swift", condition: server),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: server),
+                .product(name: "Logging", package: "swift-log", condition: server),
             ],
             path: "Benchmarks/tokenbench",
             swiftSettings: strictSettings

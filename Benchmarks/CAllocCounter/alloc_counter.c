@@ -2,6 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <malloc.h>
 #include "alloc_counter.h"
 
 extern void *__libc_malloc(size_t);
@@ -14,6 +15,7 @@ static _Thread_local uint64_t count;
 
 void tb_alloc_counting(int on) { counting = on; }
 uint64_t tb_alloc_count(void) { return count; }
+void tb_malloc_trim(void) { malloc_trim(0); }
 
 void *malloc(size_t n) {
     if (counting) count++;

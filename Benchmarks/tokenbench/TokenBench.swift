@@ -47,7 +47,34 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Issuance soak: issue this many certificates into a durable SQLite ledger, printing RSS and certificates/s ten times along the way.")
     var soakIssue: Int?
 
+    @Flag(help: "Run the issuance rows instead of the token rows: openssl-raw.limit.issuance (the crypto no CA can skip, OpenSSL, one thread), peerca.issuance.1core (a child tokenbench under taskset -c 0) and peerca.issuance.2core (a child on both cores): token verify, CSR check, certificate, durable SQLite ledger. --filter picks among them.")
+    var issuance = false
+
+    @Option(help: "Issuances kept in flight by the issuance rows and --ledger-growth.")
+    var window: Int = 64
+
+    @Option(help: .hidden)
+    var issuanceChild: String?
+
+    @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")
+    var ledgerGrowth: String?
+
+    @Option(help: "The ledger --ledger-growth fills: sqlite (a temporary file, removed afterwards), sqlite:PATH (kept), or postgres://user@host:port/database.")
+    var ledgerStore: String = "sqlite"
+
     func run() async throws {
+        if let issuanceChild {
+            try await IssuanceBench.runChild(name: issuanceChild, seconds: seconds, reps: reps, window: window)
+            return
+        }
+        if issuance {
+            try await IssuanceBench.run(seconds: seconds, reps: reps, window: window, selected: selected, json: json)
+            return
+        }
+        if let ledgerGrowth {
+            try await LedgerGrowth.run(sizes: try LedgerGrowth.parseSizes(ledgerGrowth), store: ledgerStore, seconds: seconds, reps: reps, window: window)
+            return
+        }
         if let peersCheck {
             try PeersMode.check(directory: peersCheck)
             return

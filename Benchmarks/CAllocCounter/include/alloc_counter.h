@@ -8,5 +8,7 @@
 
 void tb_alloc_counting(int on);
 uint64_t tb_alloc_count(void);
+// Returns the heap's free memory to the system (glibc malloc_trim), so RSS shows what is in use.
+void tb_malloc_trim(void);
 
 #endif

@@ -1,0 +1,318 @@
+import COpenSSL
+import Foundation
+import GRDB
+import PeerCA
+import Synchronization
+import TokenKit
+
+/// What one issuance run measured.
+struct IssuanceResult {
+    var name: String
+    /// Median over repetitions of certificates / elapsed seconds.
+    var rate: Double
+    /// Per issuance, from the call to its return (with `window` in flight: includes waiting for
+    /// the CPU, the ledger's writer and the fsync behind other issuances), milliseconds.
+    var p50: Double
+    var p99: Double
+    var issued: Int
+    var notes: String
+    var ratioToLimit: Double?
+}
+
+/// Keeps a window of issuances in flight and times each.
+enum IssuanceDriver {
+    /// `window` tasks, each issuing one certificate after another until `seconds` pass (so
+    /// `window` issuances are always in flight); task `w` issues requests w, w + window, ….
+    /// Returns how many were issued, the elapsed seconds (until the last one returned) and every
+    /// latency in nanoseconds.
+    static func run(
+        window: Int, seconds: Double, offset: Int, _ issue: @escaping @Sendable (Int) async throws -> Void
+    ) async throws -> (count: Int, elapsed: Double, latencies: [UInt64]) {
+        let start = nowNanoseconds()
+        let deadline = start + UInt64(seconds * 1e9)
+        var latencies: [UInt64] = []
+        try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for w in 0..<window {
+                group.addTask {
+                    var mine: [UInt64] = []
+                    mine.reserveCapacity(Int(seconds * 20_000) / max(window, 1) + 16)
+                    var i = offset + w
+                    while nowNanoseconds() < deadline {
+                        let t0 = nowNanoseconds()
+                        try await issue(i)
+                        mine.append(nowNanoseconds() - t0)
+                        i += window
+                    }
+                    return mine
+                }
+            }
+            for try await mine in group { latencies += mine }
+        }
+        return (latencies.count, Double(nowNanoseconds() - start) / 1e9, latencies)
+    }
+
+    /// Runs `reps` timed repetitions after a short warm-up: the median rate, p50/p99 over all
+    /// repetitions' issuances, and how many were issued in all (warm-up included).
+    static func measure(
+        name: String, window: Int, seconds: Double, reps: Int, _ issue: @escaping @Sendable (Int) async throws -> Void
+    ) async throws -> IssuanceResult {
+        var offset = 0
+        let warm = try await run(window: window, seconds: min(0.5, seconds), offset: offset, issue)
+        offset += warm.count + window
+        var rates: [Double] = []
+        var all: [UInt64] = []
+        for _ in 0..<max(reps, 1) {
+            let r = try await run(window: window, seconds: seconds, offset: offset, issue)
+            offset += r.count + window
+            rates.append(Double(r.count) / r.elapsed)
+            all += r.latencies
+        }
+        let (p50, p99) = percentiles(all)
+        return IssuanceResult(name: name, rate: median(rates), p50: p50, p99: p99, issued: warm.count + all.count, notes: "")
+    }
+
+    /// p50 and p99 of nanosecond latencies, in milliseconds.
+    static func percentiles(_ values: [UInt64]) -> (Double, Double) {
+        guard !values.isEmpty else { return (0, 0) }
+        let sorted = values.sorted()
+        func at(_ q: Double) -> Double { Double(sorted[min(sorted.count - 1, Int(q * Double(sorted.count)))]) / 1e6 }
+        return (at(0.50), at(0.99))
+    }
+}
+
+/// The width of the Swift concurrency pool as this process sees it: how many of 8 busy tasks run
+/// at once.
+enum PoolProbe {
+    final class Counters: Sendable {
+        let state = Mutex<(running: Int, peak: Int)>((0, 0))
+    }
+
+    static func width() async -> Int {
+        let counters = Counters()
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    counters.state.withLock { s in
+                        s.running += 1
+                        s.peak = max(s.peak, s.running)
+                    }
+                    let end = nowNanoseconds() + 40_000_000
+                    while nowNanoseconds() < end {}  // busy: holds its thread
+                    counters.state.withLock { $0.running -= 1 }
+                }
+            }
+        }
+        return counters.state.withLock { $0.peak }
+    }
+
+    /// CPUs this process may run on (its affinity mask, `Cpus_allowed` in /proc/self/status).
+    static func affinityCPUs() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed:") })
+        else { return -1 }
+        return line.dropFirst("Cpus_allowed:".count).reduce(0) { count, c in count + (c.hexDigitValue ?? 0).nonzeroBitCount }
+    }
+
+    static func describe(_ width: Int) -> String {
+        "affinity \(affinityCPUs()) CPU(s), activeProcessorCount \(ProcessInfo.processInfo.activeProcessorCount), "
+            + "online \(sysconf(Int32(_SC_NPROCESSORS_ONLN))), concurrency pool width \(width)"
+    }
+}
+
+/// `tokenbench --issuance`: the issuance rows. The limit row runs in this process (one thread);
+/// each library row runs in a child tokenbench (`--issuance-child NAME`), the 1-core one under
+/// `taskset -c 0`, so the whole process — Swift's concurrency pool, GRDB's writer and reader
+/// threads, SQLite — has one CPU.
+enum IssuanceBench {
+    static let limitName = "openssl-raw.limit.issuance"
+    static let oneCoreName = "peerca.issuance.1core"
+    static let twoCoreName = "peerca.issuance.2core"
+
+    static let header = "row".padding(toLength: 30, withPad: " ", startingAt: 0) + "   certs/s    p50 ms    p99 ms  ratio-to-limit  notes"
+
+    static func line(_ r: IssuanceResult) -> String {
+        let ratio = r.ratioToLimit.map { String(format: "%14.3f", $0) } ?? String(repeating: " ", count: 14)
+        return r.name.padding(toLength: 30, withPad: " ", startingAt: 0) + String(format: "%10.0f %9.3f %9.3f", r.rate, r.p50, r.p99)
+            + "  " + ratio + "  " + r.notes
+    }
+
+    static func run(seconds: Double, reps: Int, window: Int, selected: (String) -> Bool, json: String?) async throws {
+        print("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row; load average \(loadAverage())")
+        print(header)
+        var results: [IssuanceResult] = []
+        var limit: IssuanceLimit?
+        var limitRate: Double?
+        if selected(limitName) {
+            let (l, result) = try await limitRow(seconds: seconds, reps: reps)
+            limit = l
+            limitRate = result.rate
+            print(line(result))
+            results.append(result)
+        }
+        var oneCoreRate: Double?
+        for (name, pin) in [(oneCoreName, true), (twoCoreName, false)] where selected(name) {
+            var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window)
+            if let limitRate { result.ratioToLimit = result.rate / limitRate }
+            if pin { oneCoreRate = result.rate } else if let oneCoreRate { result.notes += String(format: "; %.2f× the 1-core row", result.rate / oneCoreRate) }
+            print(line(result))
+            results.append(result)
+        }
+        if let limit, let limitRate, results.count > 1 {
+            // The machine is shared: the limit again, after the library rows, shows how much its
+            // speed moved during the run.
+            let again = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue).tokensPerSecond
+            print(String(format: "  limit again after the library rows: %.0f certs/s (%+.1f%%); load average %@", again, 100 * (again / limitRate - 1), loadAverage()))
+        }
+        if let json { try writeJSON(results, seconds: seconds, reps: reps, window: window, to: json) }
+    }
+
+    /// The OpenSSL limit: one thread, 1000 CSRs in turn.
+    static func limitRow(seconds: Double, reps: Int) async throws -> (IssuanceLimit, IssuanceResult) {
+        let workload = try IssuanceWorkload()
+        // A real leaf from the library, for its TBS (what the limit signs the digest of).
+        let leaf = try await withTemporaryLedger { ca, _ in try await workload.issue(0, with: ca(workload)).certificate.derBytes }
+        let limit = try IssuanceLimit(csrs: workload.csrs, caKeyPEM: try workload.material.issuerKeyPEM(), leafDER: leaf)
+        try limit.check(issuerCertificateDER: workload.material.authority.issuer.derBytes)
+        let m = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue)
+        // Per-certificate latencies from one more pass over the 1000 CSRs.
+        var latencies: [UInt64] = []
+        for i in 0..<limit.count {
+            let t0 = nowNanoseconds()
+            blackHole(limit.issue(i))
+            latencies.append(nowNanoseconds() - t0)
+        }
+        let (p50, p99) = IssuanceDriver.percentiles(latencies)
+        let result = IssuanceResult(
+            name: limitName, rate: m.tokensPerSecond, p50: p50, p99: p99, issued: 0,
+            notes: "1 thread: SHA-256 + P-256 verify of the CSR, P-256 sign of a TBS digest (OpenSSL \(OpenSSLVersion.text))",
+            ratioToLimit: 1)
+        return (limit, result)
+    }
+
+    /// Runs a library row in a child tokenbench and reads its RESULT line.
+    static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int) throws -> IssuanceResult {
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let process = Process()
+        let arguments = ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"]
+        if pinToOneCPU {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+            process.arguments = ["-c", "0", me] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: me)
+            process.arguments = arguments
+        }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0, let resultLine = output.split(separator: "\n").last(where: { $0.hasPrefix("RESULT ") }) else {
+            throw BenchError("\(name): the child run failed (status \(process.terminationStatus)):\n\(output)")
+        }
+        var fields: [String: String] = [:]
+        for pair in resultLine.dropFirst("RESULT ".count).split(separator: " ") {
+            let kv = pair.split(separator: "=", maxSplits: 1)
+            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+        }
+        guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
+            let issued = Int(fields["issued"] ?? "")
+        else { throw BenchError("\(name): unreadable result \(resultLine)") }
+        let f = { (key: String) in fields[key] ?? "?" }
+        let how = pinToOneCPU ? "taskset -c 0" : "no pinning"
+        return IssuanceResult(
+            name: name, rate: rate, p50: p50, p99: p99, issued: issued,
+            notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+    }
+
+    /// The child side: one library row, printed as `RESULT key=value …`.
+    static func runChild(name: String, seconds: Double, reps: Int, window: Int) async throws {
+        let width = await PoolProbe.width()
+        print("\(name): \(PoolProbe.describe(width))")
+        let workload = try IssuanceWorkload()
+        let (result, rows) = try await withTemporaryLedger { ca, path in
+            let authority = ca(workload)
+            try await workload.check(with: authority)
+            let cpuBefore = cpuSeconds(), wallBefore = nowNanoseconds(), writtenBefore = bytesWritten()
+            var result = try await IssuanceDriver.measure(name: name, window: window, seconds: seconds, reps: reps) { i in
+                _ = try await workload.issue(i, with: authority)
+            }
+            // How busy the CPUs were: CPU time of the whole process (user + system) per
+            // certificate, and as a share of the CPUs it may use.
+            let cpu = cpuSeconds() - cpuBefore, wall = Double(nowNanoseconds() - wallBefore) / 1e9
+            let written = Double(bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
+            result.notes = String(
+                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f", 1e6 * cpu / Double(max(result.issued, 1)),
+                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written)
+            return (result, try countRows(sqlitePath: path))
+        }
+        // The check's certificate, then every one the driver issued.
+        guard rows == result.issued + 1 else { throw BenchError("\(name): the ledger holds \(rows) certificates, \(result.issued + 1) were issued") }
+        print(String(
+            format: "RESULT name=%@ rate=%.1f p50_ms=%.3f p99_ms=%.3f issued=%d rows=%d affinity=%d apc=%d pool=%d rss_kib=%d %@",
+            name, result.rate, result.p50, result.p99, result.issued, rows, PoolProbe.affinityCPUs(), ProcessInfo.processInfo.activeProcessorCount,
+            width, Soak.rssKilobytes(), result.notes))
+    }
+
+    /// A durable SQLite ledger (synchronous=FULL, as shipped) in a new temporary directory,
+    /// removed afterwards; `body` gets a maker of CAs on it and the file's path.
+    static func withTemporaryLedger<T>(
+        _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String) async throws -> T
+    ) async throws -> T {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-issuance-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        return try await body({ PeerCertificateAuthority(authority: $0.material.authority, policy: $0.policy, ledger: ledger) }, path)
+    }
+
+    /// Rows in an SQLite ledger's certificates table, read through a connection of our own.
+    static func countRows(sqlitePath: String) throws -> Int {
+        let queue = try DatabaseQueue(path: sqlitePath)
+        return try queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM certificates") ?? -1 }
+    }
+
+    /// User + system CPU time of the whole process so far, seconds.
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    }
+
+    /// Bytes this process has caused to be written to storage so far (/proc/self/io write_bytes).
+    static func bytesWritten() -> Int64 {
+        guard let io = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8),
+            let line = io.split(separator: "\n").first(where: { $0.hasPrefix("write_bytes:") })
+        else { return 0 }
+        return Int64(line.dropFirst("write_bytes:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+
+    static func loadAverage() -> String {
+        let text = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").prefix(3).joined(separator: " ")
+    }
+
+    static func writeJSON(_ results: [IssuanceResult], seconds: Double, reps: Int, window: Int, to path: String) throws {
+        let rows: [JSONValue] = results.map { r in
+            var o: [String: JSONValue] = [
+                "name": .string(r.name), "certificates_per_s": .number(String(format: "%.0f", r.rate)),
+                "p50_ms": .number(String(format: "%.3f", r.p50)), "p99_ms": .number(String(format: "%.3f", r.p99)), "notes": .string(r.notes),
+            ]
+            if let ratio = r.ratioToLimit { o["ratio_to_limit"] = .number(String(format: "%.4f", ratio)) }
+            return .object(o)
+        }
+        let document: JSONValue = .object([
+            "seconds": .number(String(seconds)), "reps": .integer(reps), "window": .integer(window), "load_average": .string(loadAverage()),
+            "issuance": .array(rows),
+        ])
+        try Data((document.prettyText + "\n").utf8).write(to: URL(fileURLWithPath: path))
+    }
+}
+
+enum OpenSSLVersion {
+    static var text: String {
+        guard let p = OpenSSL_version(0) else { return "?" }
+        return String(cString: p).split(separator: " ").dropFirst().first.map(String.init) ?? "?"
+    }
+}

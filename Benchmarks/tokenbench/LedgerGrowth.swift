@@ -1,0 +1,272 @@
+import CAllocCounter
+import Foundation
+import GRDB
+import Logging
+import PeerCA
+import PeerCAPostgres
+import PostgresNIO
+import Synchronization
+
+/// `tokenbench --ledger-growth 0,1M,10M [--ledger-store …]`: issuance as the ledger grows. For
+/// each size the ledger is filled to that many rows with synthetic certificates (fast: bulk SQL in
+/// big transactions, durability off for the fill only), then certificates are issued through the
+/// normal ledger — durable, `window` in flight, both cores — and the rate, p50/p99, the process's
+/// RSS and the ledger's size are printed.
+///
+/// The synthetic rows look like real ones to the indexes: random 16-byte hex serials (the primary
+/// key), two million distinct accounts (subject and common name, scattered), random fingerprints
+/// and token IDs, and a random DER blob as long as a real leaf.
+enum LedgerGrowth {
+    static func parseSizes(_ text: String) throws -> [Int] {
+        try text.split(separator: ",").map { part in
+            let t = part.trimmingCharacters(in: .whitespaces).lowercased()
+            let (digits, scale): (Substring, Double) =
+                t.hasSuffix("m") ? (t.dropLast(), 1e6) : t.hasSuffix("k") ? (t.dropLast(), 1e3) : (Substring(t), 1)
+            guard let value = Double(digits), value >= 0 else { throw BenchError("--ledger-growth: \"\(part)\" is not a row count") }
+            return Int(value * scale)
+        }.sorted()
+    }
+
+    /// Distinct accounts the synthetic rows are spread over.
+    static let accounts = 2_000_000
+
+    static func run(sizes: [Int], store: String, seconds: Double, reps: Int, window: Int) async throws {
+        var logger = Logger(label: "tokenbench")
+        logger.logLevel = .warning
+        var temporary: URL?
+        let location: LedgerLocation
+        if store == "sqlite" {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-growth-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            temporary = dir
+            location = .sqlite(path: dir.appendingPathComponent("ledger.sqlite").path)
+        } else {
+            location = try LedgerLocation(store)
+        }
+        defer { if let temporary { try? FileManager.default.removeItem(at: temporary) } }
+        let workload = try IssuanceWorkload()
+        try await LedgerStore.with(location, logger: logger) { ledger in
+            let ca = PeerCertificateAuthority(authority: workload.material.authority, policy: workload.policy, ledger: ledger)
+            try await workload.check(with: ca)
+            let sample = try await workload.issue(0, with: ca)
+            guard sample.identity.spiffeID.hasSuffix("device-0") else { throw BenchError("unexpected SPIFFE ID \(sample.identity.spiffeID)") }
+            let shape = RowShape(
+                subjectPrefix: String(sample.identity.spiffeID.dropLast("device-0".count)), issuer: IssuanceWorkload.issuer,
+                derBytes: sample.certificate.derBytes.count)
+            let filler: any LedgerFiller
+            switch location {
+            case .sqlite(let path): filler = SQLiteFiller(path: path, shape: shape)
+            case .postgres(let url): filler = try PostgresFiller(url: url, shape: shape, logger: logger)
+            }
+            try await filler.withOpen {
+                print("tokenbench --ledger-growth, \(filler.name): \(seconds) s × \(reps) repetitions per size, \(window) issuances in flight, "
+                    + "\(ProcessInfo.processInfo.activeProcessorCount) cores; a synthetic row as a real one (\(shape.derBytes)-byte DER); load average \(IssuanceBench.loadAverage())")
+                print("  rows        certs/s    p50 ms    p99 ms     RSS KiB   ledger MiB   CPU µs  KiB wr.   fill   (CPU and writes: this process's, per certificate)")
+                var first: Double?
+                var curve: [(Int, Double)] = []
+                for size in sizes {
+                    var rows = try await filler.count()
+                    var fillNote = "-"
+                    if size > rows {
+                        let needed = Int64(size - rows) * 1_300
+                        if let free = filler.freeBytes(), needed > free - 2_000_000_000 {
+                            print(String(format: "  stopping before %d rows: the fill needs about %.1f GB, %.1f GB are free", size, Double(needed) / 1e9, Double(free) / 1e9))
+                            break
+                        }
+                        let start = nowNanoseconds()
+                        try await filler.fill(size - rows, offset: rows)
+                        let elapsed = Double(nowNanoseconds() - start) / 1e9
+                        fillNote = String(format: "%d rows in %.0f s", size - rows, elapsed)
+                        rows = try await filler.count()
+                    }
+                    let cpuBefore = IssuanceBench.cpuSeconds(), writtenBefore = IssuanceBench.bytesWritten()
+                    let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps) { i in
+                        _ = try await workload.issue(i, with: ca)
+                    }
+                    // This process's CPU time and writes per certificate (PostgreSQL's are the server's: not counted).
+                    let cpu = 1e6 * (IssuanceBench.cpuSeconds() - cpuBefore) / Double(max(result.issued, 1))
+                    let written = Double(IssuanceBench.bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
+                    let bytes = try await filler.bytes()
+                    first = first ?? result.rate
+                    curve.append((rows, result.rate))
+                    print(String(
+                        format: "  %-10d %9.0f %9.3f %9.3f %11d %12.0f %8.0f %9.1f   %@", rows, result.rate, result.p50, result.p99, Soak.rssKilobytes(),
+                        Double(bytes) / 1_048_576, cpu, written, fillNote))
+                }
+                if let first, curve.count > 1 {
+                    print("  rate / rate at \(curve[0].0) rows: " + curve.map { String(format: "%d rows %.2f", $0.0, $0.1 / first) }.joined(separator: ", "))
+                }
+            }
+        }
+    }
+}
+
+/// What a synthetic row looks like.
+struct RowShape: Sendable {
+    let subjectPrefix: String
+    let issuer: String
+    let derBytes: Int
+}
+
+protocol LedgerFiller: Sendable {
+    var name: String { get }
+    /// Runs `body` with whatever the filler needs running (PostgreSQL's connection pool).
+    func withOpen(_ body: () async throws -> Void) async throws
+    func count() async throws -> Int
+    /// Adds `n` synthetic rows; `offset` varies them from earlier fills.
+    func fill(_ n: Int, offset: Int) async throws
+    /// The ledger's size on disk.
+    func bytes() async throws -> Int64
+    /// Free space where the ledger lives, when known.
+    func freeBytes() -> Int64?
+}
+
+struct SQLiteFiller: LedgerFiller {
+    let path: String
+    let shape: RowShape
+    var name: String { "SQLite (\(path))" }
+
+    func withOpen(_ body: () async throws -> Void) async throws { try await body() }
+
+    func count() async throws -> Int { try IssuanceBench.countRows(sqlitePath: path) }
+
+    func fill(_ n: Int, offset: Int) async throws {
+        // A connection of its own with durability off and a big page cache, for the fill only:
+        // closed before the timing, so neither its setting nor its memory stays.
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(60)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = OFF; PRAGMA cache_size = -4000000; PRAGMA temp_store = MEMORY")
+        }
+        let queue = try DatabaseQueue(path: path, configuration: configuration)
+        let batch = 1_000_000
+        var done = 0
+        let now = Date().timeIntervalSince1970
+        let start = nowNanoseconds()
+        while done < n {
+            let m = min(batch, n - done)
+            let first = offset + done + 1, last = offset + done + m
+            try await queue.write { db in
+                try db.execute(
+                    sql: """
+                        WITH RECURSIVE seq(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM seq WHERE i < ?)
+                        INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                            not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                        SELECT lower(hex(randomblob(16))), ? || 'device-' || a, 'device-' || a, ?, 'device-' || a,
+                            lower(hex(randomblob(16))), lower(hex(randomblob(32))), t - 300, t + 86400, t, randomblob(?), 'bench', t - 3600, NULL
+                        FROM (SELECT (i * 2654435761) % ? AS a, ? - (i * 7919) % 31536000 AS t FROM seq)
+                        """,
+                    arguments: [first, last, shape.subjectPrefix, shape.issuer, shape.derBytes, LedgerGrowth.accounts, now])
+            }
+            done += m
+            if done % 1_000_000 == 0 || done == n {
+                let elapsed = Double(nowNanoseconds() - start) / 1e9
+                print(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
+            }
+        }
+        // Everything on disk before the timing (a checkpoint with synchronous = FULL syncs the
+        // file), so the timed fsyncs do not wait behind the fill's writeback.
+        try await queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_checkpoint(TRUNCATE)") }
+        try queue.close()
+        // The fill connection's page cache went back to malloc; give it back to the system, so
+        // the RSS printed is the ledger's and the benchmark's.
+        tb_malloc_trim()
+    }
+
+    func bytes() async throws -> Int64 {
+        [path, path + "-wal", path + "-shm"].reduce(0) { sum, file in
+            sum + ((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int64) ?? 0)
+        }
+    }
+
+    func freeBytes() -> Int64? {
+        let directory = (path as NSString).deletingLastPathComponent
+        return (try? FileManager.default.attributesOfFileSystem(forPath: directory.isEmpty ? "." : directory)[.systemFreeSize] as? Int64) ?? nil
+    }
+}
+
+final class PostgresFiller: LedgerFiller {
+    let client: PostgresClient
+    let shape: RowShape
+    let logger: Logger
+    let dataDirectory = Mutex<String?>(nil)
+    var name: String { "PostgreSQL" }
+
+    init(url: String, shape: RowShape, logger: Logger) throws {
+        guard let components = URLComponents(string: url), let host = components.host, let user = components.user else {
+            throw BenchError("not a postgres:// URL")
+        }
+        let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        let tls: PostgresClient.Configuration.TLS =
+            components.queryItems?.last(where: { $0.name == "sslmode" })?.value == "disable" ? .disable : .prefer(.makeClientConfiguration())
+        client = PostgresClient(
+            configuration: PostgresClient.Configuration(
+                host: host, port: components.port ?? 5432, username: user, password: components.password,
+                database: database.isEmpty ? nil : database, tls: tls),
+            backgroundLogger: logger)
+        self.shape = shape
+        self.logger = logger
+    }
+
+    func withOpen(_ body: () async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { await self.client.run() }
+            defer { tasks.cancelAll() }
+            // The server's data directory (for the free-space check); only a superuser may read it.
+            if let rows = try? await client.query("SHOW data_directory", logger: logger) {
+                for try await directory in rows.decode(String.self) { dataDirectory.withLock { $0 = directory } }
+            }
+            try await body()
+        }
+    }
+
+    func count() async throws -> Int {
+        for try await n in try await client.query("SELECT count(*) FROM certificates", logger: logger).decode(Int.self) { return n }
+        return -1
+    }
+
+    func fill(_ n: Int, offset: Int) async throws {
+        let batch = 500_000
+        var done = 0
+        let now = Date().timeIntervalSince1970
+        let blocks = (shape.derBytes + 15) / 16
+        let start = nowNanoseconds()
+        try await client.withConnection { connection in
+            // This session's commits need not wait for the disk: the fill only.
+            try await connection.query("SET synchronous_commit = off", logger: logger)
+            while done < n {
+                let m = min(batch, n - done)
+                let first = offset + done + 1, last = offset + done + m
+                try await connection.query(
+                    """
+                    INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                        not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                    SELECT md5(random()::text || i::text), \(shape.subjectPrefix) || 'device-' || a, 'device-' || a, \(shape.issuer), 'device-' || a,
+                        md5(random()::text), md5(random()::text) || md5(random()::text), t - 300, t + 86400, t,
+                        substring(decode(repeat(md5(random()::text), \(blocks)::int), 'hex') from 1 for \(shape.derBytes)::int), 'bench', t - 3600, NULL
+                    FROM (SELECT i, (i * 2654435761) % \(LedgerGrowth.accounts) AS a, \(now) - (i * 7919) % 31536000 AS t
+                          FROM generate_series(\(first)::bigint, \(last)::bigint) AS i) AS s
+                    """, logger: logger)
+                done += m
+                if done % 1_000_000 == 0 || done == n {
+                    let elapsed = Double(nowNanoseconds() - start) / 1e9
+                    print(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
+                }
+            }
+            // As a long-running ledger would be: vacuumed and analysed (autovacuum would do it
+            // during the timing otherwise), and the fill's dirty pages written out.
+            try await connection.query("VACUUM (ANALYZE) certificates", logger: logger)
+            try await connection.query("CHECKPOINT", logger: logger)
+        }
+    }
+
+    func bytes() async throws -> Int64 {
+        for try await n in try await client.query("SELECT pg_database_size(current_database())", logger: logger).decode(Int64.self) { return n }
+        return -1
+    }
+
+    func freeBytes() -> Int64? {
+        guard let directory = dataDirectory.withLock({ $0 }) else { return nil }
+        return (try? FileManager.default.attributesOfFileSystem(forPath: directory)[.systemFreeSize] as? Int64) ?? nil
+    }
+}
