@@ -74,8 +74,8 @@ for target in "${targets[@]}"; do
     tail -12 "$log"
     cpu=$(awk '/^cpu_seconds/ { printf "%.0f", $2 + $3 }' "$log")
     wall=$(awk '/^cpu_seconds/ { printf "%.0f", $5 }' "$log")
-    executions=$(awk -F': *' '/stat::number_of_executed_units/ { print $2 }' "$log")
-    units=$(awk -F': *' '/stat::new_units_added/ { print $2 }' "$log")
+    executions=$(awk '/^stat::number_of_executed_units/ { print $2 }' "$log")
+    units=$(awk '/^stat::new_units_added/ { print $2 }' "$log")
     findings=$(find "$work/$target/findings" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$target" "${wall:-0}" "${cpu:-0}" "${executions:-0}" "${units:-0}" "$status" "$findings" >> "$work/runs.tsv"
 done
