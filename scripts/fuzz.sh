@@ -4,7 +4,7 @@
 # fuzz-out/<target>/; turn each into a regression test. Each run appends a line to
 # fuzz-out/runs.tsv (date, target, wall s, CPU s, executions, new units, exit status, findings);
 # `scripts/fuzz.sh --totals` sums it per target (the CPU hours the README reports).
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
+# Usage: [FUZZ_NO_BUILD=1] scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--totals" ]; then
@@ -22,8 +22,12 @@ targets=("$@")
 # SwiftPM hands the Swift frontend -sanitize=fuzzer without the coverage it implies (seen with Swift
 # 6.3.1: the objects had AddressSanitizer but no __sanitizer_cov calls, and libFuzzer ran blind), so
 # the coverage is asked for explicitly.
-swift build --package-path Fuzz -c release --build-path .build-fuzz \
-    --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library -Xswiftc -sanitize=fuzzer >/dev/null
+# FUZZ_NO_BUILD=1 runs the binaries as built (long runs while the sources change); the
+# instrumentation check below still applies.
+if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
+    swift build --package-path Fuzz -c release --build-path .build-fuzz \
+        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library -Xswiftc -sanitize=fuzzer >/dev/null
+fi
 
 seed() {  # seed DIR FILE…: one file per input line or whole file
     local dir=$1; shift
