@@ -51,13 +51,13 @@ enum IssuanceDriver {
         return (latencies.count, Double(nowNanoseconds() - start) / 1e9, latencies)
     }
 
-    /// Runs `reps` timed repetitions after a short warm-up: the median rate, p50/p99 over all
+    /// Runs `reps` timed repetitions after a warm-up (`warmUp` seconds, at most `seconds`): the median rate, p50/p99 over all
     /// repetitions' issuances, and how many were issued in all (warm-up included).
     static func measure(
-        name: String, window: Int, seconds: Double, reps: Int, _ issue: @escaping @Sendable (Int) async throws -> Void
+        name: String, window: Int, seconds: Double, reps: Int, warmUp: Double = 0.5, _ issue: @escaping @Sendable (Int) async throws -> Void
     ) async throws -> IssuanceResult {
         var offset = 0
-        let warm = try await run(window: window, seconds: min(0.5, seconds), offset: offset, issue)
+        let warm = try await run(window: window, seconds: min(warmUp, seconds), offset: offset, issue)
         offset += warm.count + window
         var rates: [Double] = []
         var all: [UInt64] = []
@@ -137,8 +137,8 @@ enum IssuanceBench {
     }
 
     static func run(seconds: Double, reps: Int, window: Int, selected: (String) -> Bool, json: String?) async throws {
-        print("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row; load average \(loadAverage())")
-        print(header)
+        printNow("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row; load average \(loadAverage())")
+        printNow(header)
         var results: [IssuanceResult] = []
         var limit: IssuanceLimit?
         var limitRate: Double?
@@ -146,7 +146,7 @@ enum IssuanceBench {
             let (l, result) = try await limitRow(seconds: seconds, reps: reps)
             limit = l
             limitRate = result.rate
-            print(line(result))
+            printNow(line(result))
             results.append(result)
         }
         var oneCoreRate: Double?
@@ -154,14 +154,14 @@ enum IssuanceBench {
             var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window)
             if let limitRate { result.ratioToLimit = result.rate / limitRate }
             if pin { oneCoreRate = result.rate } else if let oneCoreRate { result.notes += String(format: "; %.2f× the 1-core row", result.rate / oneCoreRate) }
-            print(line(result))
+            printNow(line(result))
             results.append(result)
         }
         if let limit, let limitRate, results.count > 1 {
             // The machine is shared: the limit again, after the library rows, shows how much its
             // speed moved during the run.
             let again = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue).tokensPerSecond
-            print(String(format: "  limit again after the library rows: %.0f certs/s (%+.1f%%); load average %@", again, 100 * (again / limitRate - 1), loadAverage()))
+            printNow(String(format: "  limit again after the library rows: %.0f certs/s (%+.1f%%); load average %@", again, 100 * (again / limitRate - 1), loadAverage()))
         }
         if let json { try writeJSON(results, seconds: seconds, reps: reps, window: window, to: json) }
     }
@@ -228,7 +228,7 @@ enum IssuanceBench {
     /// The child side: one library row, printed as `RESULT key=value …`.
     static func runChild(name: String, seconds: Double, reps: Int, window: Int) async throws {
         let width = await PoolProbe.width()
-        print("\(name): \(PoolProbe.describe(width))")
+        printNow("\(name): \(PoolProbe.describe(width))")
         let workload = try IssuanceWorkload()
         let (result, rows) = try await withTemporaryLedger { ca, path in
             let authority = ca(workload)
@@ -248,7 +248,7 @@ enum IssuanceBench {
         }
         // The check's certificate, then every one the driver issued.
         guard rows == result.issued + 1 else { throw BenchError("\(name): the ledger holds \(rows) certificates, \(result.issued + 1) were issued") }
-        print(String(
+        printNow(String(
             format: "RESULT name=%@ rate=%.1f p50_ms=%.3f p99_ms=%.3f issued=%d rows=%d affinity=%d apc=%d pool=%d rss_kib=%d %@",
             name, result.rate, result.p50, result.p99, result.issued, rows, PoolProbe.affinityCPUs(), ProcessInfo.processInfo.activeProcessorCount,
             width, Soak.rssKilobytes(), result.notes))

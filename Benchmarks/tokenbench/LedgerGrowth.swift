@@ -59,9 +59,9 @@ enum LedgerGrowth {
             case .postgres(let url): filler = try PostgresFiller(url: url, shape: shape, logger: logger)
             }
             try await filler.withOpen {
-                print("tokenbench --ledger-growth, \(filler.name): \(seconds) s × \(reps) repetitions per size, \(window) issuances in flight, "
+                printNow("tokenbench --ledger-growth, \(filler.name): \(seconds) s × \(reps) repetitions per size, \(window) issuances in flight, "
                     + "\(ProcessInfo.processInfo.activeProcessorCount) cores; a synthetic row as a real one (\(shape.derBytes)-byte DER); load average \(IssuanceBench.loadAverage())")
-                print("  rows        certs/s    p50 ms    p99 ms     RSS KiB   ledger MiB   CPU µs  KiB wr.   fill   (CPU and writes: this process's, per certificate)")
+                printNow("  rows        certs/s    p50 ms    p99 ms     RSS KiB   ledger MiB   CPU µs  KiB wr.   fill   (CPU and writes: this process's, per certificate)")
                 var first: Double?
                 var curve: [(Int, Double)] = []
                 for size in sizes {
@@ -70,7 +70,7 @@ enum LedgerGrowth {
                     if size > rows {
                         let needed = Int64(size - rows) * 1_300
                         if let free = filler.freeBytes(), needed > free - 2_000_000_000 {
-                            print(String(format: "  stopping before %d rows: the fill needs about %.1f GB, %.1f GB are free", size, Double(needed) / 1e9, Double(free) / 1e9))
+                            printNow(String(format: "  stopping before %d rows: the fill needs about %.1f GB, %.1f GB are free", size, Double(needed) / 1e9, Double(free) / 1e9))
                             break
                         }
                         let start = nowNanoseconds()
@@ -80,7 +80,9 @@ enum LedgerGrowth {
                         rows = try await filler.count()
                     }
                     let cpuBefore = IssuanceBench.cpuSeconds(), writtenBefore = IssuanceBench.bytesWritten()
-                    let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps) { i in
+                    // A full repetition's warm-up: after a fill (or a new server), caches and the
+                    // connection pool settle first.
+                    let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps, warmUp: seconds) { i in
                         _ = try await workload.issue(i, with: ca)
                     }
                     // This process's CPU time and writes per certificate (PostgreSQL's are the server's: not counted).
@@ -89,12 +91,12 @@ enum LedgerGrowth {
                     let bytes = try await filler.bytes()
                     first = first ?? result.rate
                     curve.append((rows, result.rate))
-                    print(String(
+                    printNow(String(
                         format: "  %-10d %9.0f %9.3f %9.3f %11d %12.0f %8.0f %9.1f   %@", rows, result.rate, result.p50, result.p99, Soak.rssKilobytes(),
                         Double(bytes) / 1_048_576, cpu, written, fillNote))
                 }
                 if let first, curve.count > 1 {
-                    print("  rate / rate at \(curve[0].0) rows: " + curve.map { String(format: "%d rows %.2f", $0.0, $0.1 / first) }.joined(separator: ", "))
+                    printNow("  rate / rate at \(curve[0].0) rows: " + curve.map { String(format: "%d rows %.2f", $0.0, $0.1 / first) }.joined(separator: ", "))
                 }
             }
         }
@@ -161,7 +163,7 @@ struct SQLiteFiller: LedgerFiller {
             done += m
             if done % 1_000_000 == 0 || done == n {
                 let elapsed = Double(nowNanoseconds() - start) / 1e9
-                print(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
+                printNow(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
             }
         }
         // Everything on disk before the timing (a checkpoint with synchronous = FULL syncs the
@@ -199,13 +201,15 @@ final class PostgresFiller: LedgerFiller {
         let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         let tls: PostgresClient.Configuration.TLS =
             components.queryItems?.last(where: { $0.name == "sslmode" })?.value == "disable" ? .disable : .prefer(.makeClientConfiguration())
+        var quiet = logger
+        quiet.logLevel = .error  // not the "run() hasn't been called yet" warning of the first query
         client = PostgresClient(
             configuration: PostgresClient.Configuration(
                 host: host, port: components.port ?? 5432, username: user, password: components.password,
                 database: database.isEmpty ? nil : database, tls: tls),
-            backgroundLogger: logger)
+            backgroundLogger: quiet)
         self.shape = shape
-        self.logger = logger
+        self.logger = quiet
     }
 
     func withOpen(_ body: () async throws -> Void) async throws {
@@ -250,7 +254,7 @@ final class PostgresFiller: LedgerFiller {
                 done += m
                 if done % 1_000_000 == 0 || done == n {
                     let elapsed = Double(nowNanoseconds() - start) / 1e9
-                    print(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
+                    printNow(String(format: "    filled %d of %d rows (%.0f s, %.0f rows/s)", done, n, elapsed, Double(done) / elapsed))
                 }
             }
             // As a long-running ledger would be: vacuumed and analysed (autovacuum would do it

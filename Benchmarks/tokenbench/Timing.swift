@@ -51,3 +51,9 @@ func measure(count: Int, seconds: Double, reps: Int, _ body: (Int) -> Bool) -> M
     blackHole(failures)
     return Measurement(tokensPerSecond: median(rates), nanosecondsPerToken: median(passes))
 }
+
+/// `print`, then flush: progress lines show at once when the output is a pipe or a file.
+func printNow(_ line: String) {
+    print(line)
+    fflush(nil)
+}
