@@ -96,7 +96,7 @@ struct PeerTests {
                     openssl.path("\(client)-intermediates.pem"), "-key", openssl.path("\(client).key"), "-CAfile", openssl.path("root.pem"),
                     "-verify_return_error", "-purpose", "sslserver",
                 ], stdin: Data("Q\n".utf8))
-            server.waitUntilExit()
+            server.waitForExit()
             return (greeting + String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), result.output, result.status)
         }
         let ok = try handshake(client: "alice")

@@ -128,7 +128,7 @@ public final class KeyServer: Sendable {
         // The server exits when its standard input closes (a SIGTERM may be blocked: the test
         // runner's signal mask is inherited by the child).
         try? stdin.fileHandleForWriting.close()
-        process.waitUntilExit()
+        process.waitForExit()
         try? FileManager.default.removeItem(at: dir)
     }
 

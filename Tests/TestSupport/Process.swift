@@ -34,7 +34,7 @@ public func run(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cw
     DispatchQueue.global().async { outData = outPipe.fileHandleForReading.readDataToEndOfFile(); group.leave() }
     errData = errPipe.fileHandleForReading.readDataToEndOfFile()
     group.wait()
-    process.waitUntilExit()
+    process.waitForExit()
     return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }
 
@@ -59,5 +59,27 @@ public func runDetached(_ executable: URL, _ arguments: [String], stdin: Data? =
         DispatchQueue.global().async {
             continuation.resume(with: Result { try run(executable, arguments, stdin: stdin, cwd: cwd) })
         }
+    }
+}
+
+extension Process {
+    /// Waits until the process has exited, by polling `isRunning`, not with `waitUntilExit()`:
+    /// on Linux that spins a run loop which can miss the exit and wait forever (seen here: a
+    /// PyJWT interoperability test hung for 15 minutes with no child left, under load; see
+    /// swift-corelibs-foundation's waitUntilExit hang reports). After `timeout` the process is
+    /// killed, so a stuck child fails its test instead of hanging the suite; returns false then.
+    @discardableResult
+    public func waitForExit(timeout: TimeInterval = 300) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while isRunning {
+            if Date() > deadline {
+                kill(processIdentifier, SIGKILL)
+                let grace = Date().addingTimeInterval(10)
+                while isRunning && Date() < grace { usleep(2_000) }
+                return false
+            }
+            usleep(2_000)
+        }
+        return true
     }
 }

@@ -56,7 +56,7 @@ final class OpenWebServer: Sendable {
 
     func stop() {
         try? stdin.fileHandleForWriting.close()
-        process.waitUntilExit()
+        process.waitForExit()
     }
 
     /// An `openweb` section for this server, trusting the test CA.

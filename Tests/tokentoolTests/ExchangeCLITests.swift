@@ -54,6 +54,6 @@ struct ExchangeCLITests {
         Thread.sleep(forTimeInterval: 0.5)
         #expect(try run(tokentoolExecutable, ["verify", "--oidc", base, "--allow-http-loopback", "--aud", "partner-api", "-"], stdin: Data(token.utf8)).status == 0)
         process.terminate()
-        process.waitUntilExit()
+        process.waitForExit()
     }
 }

@@ -91,7 +91,7 @@ struct NewcomerCLITests {
         var eof: UInt8 = 4
         _ = write(master, &eof, 1)
         let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        process.waitForExit()
         #expect(text.contains("reading the token from standard input"), "\(text)")
         #expect(text.contains("no token on standard input"), "\(text)")
         #expect(process.terminationStatus == 2)
@@ -229,7 +229,7 @@ struct NewcomerCLITests {
         process.standardError = FileHandle.nullDevice
         try process.run()
         let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        process.waitForExit()
         return (process.terminationStatus, text)
     }
 

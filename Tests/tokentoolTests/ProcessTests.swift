@@ -112,7 +112,7 @@ struct ServeProcessTests {
         while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         let stopped = !process.isRunning
         if !stopped { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.waitForExit()
         #expect(stopped, "serve ignored signal \(signal) sent \(delay) s after start")
     }
 
@@ -121,7 +121,7 @@ struct ServeProcessTests {
             let serve = try ServeProcess.start(until: "listening on")
             #expect(serve.output.contains("listening on"))
             serve.process.terminate()  // SIGTERM
-            serve.process.waitUntilExit()
+            serve.process.waitForExit()
             #expect(serve.process.terminationReason == .exit, "\(serve.output)")
             #expect(serve.process.terminationStatus == 0)
         }
@@ -166,7 +166,7 @@ struct ServeProcessTests {
         #expect(response.hasPrefix("HTTP/1.1 200"), "\(response.prefix(300))")
         let serial = response.firstMatch(of: /"serial":"([0-9a-f]+)"/).map { String($0.1) }
         #expect(serial != nil)
-        process.waitUntilExit()
+        process.waitForExit()
         #expect(process.terminationReason == .exit)
         #expect(process.terminationStatus == 0)
         // The answered certificate is in the ledger.
@@ -239,7 +239,7 @@ extension ServeProcess {
         while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         let exited = !process.isRunning
         if !exited { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.waitForExit()
         return (exited, process.terminationStatus, try String(contentsOf: out, encoding: .utf8), try String(contentsOf: err, encoding: .utf8))
     }
 }

@@ -37,7 +37,7 @@ struct SessionsReadmeTests {
         #expect(answers[2].contains(#""revoked":[""#), "\(answers[2])")
         #expect(answers[3].contains(#""session_ended""#), "\(answers[3])")
         serve.process.terminate()
-        serve.process.waitUntilExit()
+        serve.process.waitForExit()
     }
 
     /// The README's renewal lines: serve over HTTPS (on a port the OS picks instead of 8443), a
