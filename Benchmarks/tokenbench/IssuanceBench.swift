@@ -205,7 +205,8 @@ enum IssuanceBench {
         process.standardOutput = pipe
         try process.run()
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        // Polled: Foundation's waitUntilExit can miss a child's exit on Linux (see the tests' waitForExit).
+        while process.isRunning { usleep(10_000) }
         guard process.terminationStatus == 0, let resultLine = output.split(separator: "\n").last(where: { $0.hasPrefix("RESULT ") }) else {
             throw BenchError("\(name): the child run failed (status \(process.terminationStatus)):\n\(output)")
         }
