@@ -17,10 +17,15 @@ private final class Gate: Sendable {
     func open() { continuation.finish() }
 }
 
-/// Polls `condition` every millisecond for up to 20 s (a condition that never holds fails the test,
-/// it does not hang it).
+/// Polls `condition` every millisecond for up to 120 s (a condition that never holds fails the test;
+/// each test releases what its writers wait on when this throws, so it does not hang either).
+///
+/// The limit is generous because the wait is for the concurrency pool, not for the code under
+/// test: at the start of a full run, tests that run child processes (openssl, Python, the CLI)
+/// block the pool's two threads on this 2-core machine, and a 20 s limit once ran out before the
+/// first batch's task got a thread.
 private func eventually(_ what: String, _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(20)
+    let deadline = ContinuousClock.now + .seconds(120)
     while !condition() {
         guard ContinuousClock.now < deadline else {
             Issue.record("never: \(what)")
@@ -53,6 +58,7 @@ struct GroupCommitTests {
             }
         }
         try await withThrowingTaskGroup(of: (Int, PeerCAError.Code?).self) { group in
+            defer { gate.open() }  // never leave a writer waiting, even when a check below throws
             // The first request finds no batch running: it is written at once, alone.
             group.addTask { await submit(0) }
             try await eventually("the first batch starts") { commits.statistics.batches == 1 }
@@ -81,6 +87,7 @@ struct GroupCommitTests {
             return Array(batch.map { _ in Result<Void, PeerCAError>.success(()) }.prefix(3))  // one result short
         }
         let codes = try await withThrowingTaskGroup(of: PeerCAError.Code?.self) { group in
+            defer { gate.open() }  // never leave a writer waiting, even when a check below throws
             for i in 0..<9 {
                 group.addTask {
                     do throws(PeerCAError) {
@@ -114,11 +121,16 @@ struct GroupCommitTests {
         try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await ledger.record(entry("3000"), claiming: TokenUse(issuer: "i", tokenID: "t-0")) }
-            try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
-            for i in 1...40 {
-                group.addTask { try await ledger.record(entry(String(format: "3%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)")) }
+            do {
+                try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
+                for i in 1...40 {
+                    group.addTask { try await ledger.record(entry(String(format: "3%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)")) }
+                }
+                try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
+            } catch {
+                try? await other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }  // let the writers through
+                throw error
             }
-            try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
             try await other.writeWithoutTransaction { db in try db.execute(sql: "COMMIT") }
             try await group.waitForAll()
         }
@@ -127,6 +139,17 @@ struct GroupCommitTests {
         #expect(try await ledger.recent(limit: 100).count == 41)
         let uses = try await other.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM token_uses") }
         #expect(uses == 41)
+    }
+
+    /// Durability: the connection that writes has `synchronous = FULL` (2), so each group commit
+    /// is flushed before anyone is answered. GRDB's DatabasePool sets NORMAL on its writer after
+    /// `prepareDatabase`; the ledger must set FULL after that, on a new file and on a reopened one.
+    @Test func theSQLiteLedgerFlushesEveryCommit() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        #expect(try SQLiteLedger(path: path).writerSynchronousMode() == 2)
+        let reopened = try SQLiteLedger(path: path)
+        try await reopened.record(entry("4000"), claiming: nil)
+        #expect(try reopened.writerSynchronousMode() == 2)
     }
 
     /// The PostgreSQL ledger: while another session holds an exclusive lock on the table, 40
@@ -149,13 +172,18 @@ struct GroupCommitTests {
                         try await connection.query("LOCK TABLE certificates IN EXCLUSIVE MODE", logger: logger)
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask { try await ledger.record(entry("5000"), claiming: TokenUse(issuer: "i", tokenID: "t-0")) }
-                            try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
-                            for i in 1...40 {
-                                group.addTask {
-                                    try await ledger.record(entry(String(format: "5%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)"))
+                            do {
+                                try await eventually("the first batch starts") { ledger.commitStatistics.batches == 1 }
+                                for i in 1...40 {
+                                    group.addTask {
+                                        try await ledger.record(entry(String(format: "5%03x", i)), claiming: TokenUse(issuer: "i", tokenID: "t-\(i)"))
+                                    }
                                 }
+                                try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
+                            } catch {
+                                _ = try? await connection.query("ROLLBACK", logger: logger)  // let the writers through
+                                throw error
                             }
-                            try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
                             try await connection.query("COMMIT", logger: logger)
                             try await group.waitForAll()
                         }

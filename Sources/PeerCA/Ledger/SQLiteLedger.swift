@@ -20,11 +20,12 @@ public final class SQLiteLedger: CertificateLedger {
     public init(path: String) throws(PeerCAError) {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            // After the pool is open: DatabasePool puts its writer in WAL mode with its own
+            // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
+            // commit unflushed (a power loss could lose certificates already handed out).
+            try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
             var migrator = DatabaseMigrator()
             migrator.registerMigration("v1") { db in
                 try db.execute(sql: """
@@ -88,6 +89,11 @@ public final class SQLiteLedger: CertificateLedger {
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
 
+    /// `PRAGMA synchronous` on the connection that writes (2 = FULL: every commit flushed).
+    package func writerSynchronousMode() throws -> Int {
+        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+    }
+
     /// Writes a batch of records in one transaction (one WAL flush with `synchronous = FULL`), each
     /// in a savepoint of its own, so that a duplicate serial or token use fails only its record.
     static func write(_ batch: [LedgerRecord], to pool: DatabasePool) async -> [Result<Void, PeerCAError>] {
@@ -96,14 +102,20 @@ public final class SQLiteLedger: CertificateLedger {
                 var results: [Result<Void, PeerCAError>] = []
                 results.reserveCapacity(batch.count)
                 try db.inTransaction(.immediate) {
+                    // A savepoint per record, through cached statements (GRDB's inSavepoint parses
+                    // its SAVEPOINT and RELEASE for every record).
+                    let savepoint = try db.cachedStatement(sql: "SAVEPOINT record")
+                    let release = try db.cachedStatement(sql: "RELEASE SAVEPOINT record")
+                    let rollback = try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT record")
                     for record in batch {
+                        try savepoint.execute()
                         do {
-                            try db.inSavepoint {
-                                try insert(record, into: db)
-                                return .commit
-                            }
+                            try insert(record, into: db)
+                            try release.execute()
                             results.append(.success(()))
                         } catch let error as DatabaseError where UpstreamErrors.sqliteUniqueTable(error) != nil {
+                            try rollback.execute()
+                            try release.execute()
                             results.append(.failure(record.duplicate(tokenUse: UpstreamErrors.sqliteUniqueTable(error) == "token_uses")))
                         }
                     }
@@ -119,12 +131,14 @@ public final class SQLiteLedger: CertificateLedger {
 
     private static func insert(_ record: LedgerRecord, into db: Database) throws {
         let entry = record.entry
-        try db.execute(
+        // Cached statements: parsed once per connection, not once per certificate.
+        try db.cachedStatement(
             sql: """
                 INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
                     not_before, not_after, issued_at, der, provider, session_start, renewal_of)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
+                """
+        ).execute(
             arguments: [
                 entry.serial, entry.subject, entry.commonName, entry.tokenIssuer, entry.tokenSubject, entry.tokenID,
                 entry.keyFingerprint, entry.notBefore.timeIntervalSince1970, entry.notAfter.timeIntervalSince1970,
@@ -132,8 +146,8 @@ public final class SQLiteLedger: CertificateLedger {
                 entry.renewalOf,
             ])
         if let use = record.use {
-            try db.execute(
-                sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)", arguments: [use.issuer, use.tokenID, entry.serial])
+            try db.cachedStatement(sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)")
+                .execute(arguments: [use.issuer, use.tokenID, entry.serial])
         }
     }
 
