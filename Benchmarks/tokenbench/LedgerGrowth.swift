@@ -13,8 +13,8 @@ import Synchronization
 /// normal ledger — durable, `window` in flight, both cores — and the rate, p50/p99, the process's
 /// RSS and the ledger's size are printed.
 ///
-/// The synthetic rows look like real ones to the indexes: random 16-byte hex serials (the primary
-/// key), two million distinct accounts (subject and common name, scattered), random fingerprints
+/// The synthetic rows look like real ones to the indexes: 16-byte hex serials as the CA makes them
+/// (`40`, the issue time in milliseconds, 72 random bits: the primary key grows with time), two million distinct accounts (subject and common name, scattered), random fingerprints
 /// and token IDs, and a random DER blob as long as a real leaf.
 enum LedgerGrowth {
     static func parseSizes(_ text: String) throws -> [Int] {
@@ -154,7 +154,7 @@ struct SQLiteFiller: LedgerFiller {
                         WITH RECURSIVE seq(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM seq WHERE i < ?)
                         INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
                             not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                        SELECT lower(hex(randomblob(16))), ? || 'device-' || a, 'device-' || a, ?, 'device-' || a,
+                        SELECT '40' || printf('%012x', CAST(t * 1000 AS INTEGER)) || lower(hex(randomblob(9))), ? || 'device-' || a, 'device-' || a, ?, 'device-' || a,
                             lower(hex(randomblob(16))), lower(hex(randomblob(32))), t - 300, t + 86400, t, randomblob(?), 'bench', t - 3600, NULL
                         FROM (SELECT (i * 2654435761) % ? AS a, ? - (i * 7919) % 31536000 AS t FROM seq)
                         """,
@@ -245,7 +245,7 @@ final class PostgresFiller: LedgerFiller {
                     """
                     INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
                         not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                    SELECT md5(random()::text || i::text), \(shape.subjectPrefix) || 'device-' || a, 'device-' || a, \(shape.issuer), 'device-' || a,
+                    SELECT '40' || lpad(to_hex((t * 1000)::bigint), 12, '0') || substr(md5(random()::text || i::text), 1, 18), \(shape.subjectPrefix) || 'device-' || a, 'device-' || a, \(shape.issuer), 'device-' || a,
                         md5(random()::text), md5(random()::text) || md5(random()::text), t - 300, t + 86400, t,
                         substring(decode(repeat(md5(random()::text), \(blocks)::int), 'hex') from 1 for \(shape.derBytes)::int), 'bench', t - 3600, NULL
                     FROM (SELECT i, (i * 2654435761) % \(LedgerGrowth.accounts) AS a, \(now) - (i * 7919) % 31536000 AS t

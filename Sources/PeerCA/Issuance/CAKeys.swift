@@ -69,6 +69,6 @@ extension Certificate.PublicKey {
     public var sha256Fingerprint: String {
         var serializer = DER.Serializer()
         let der = (try? serializer.serialize(self)).map { serializer.serializedBytes } ?? Array(subjectPublicKeyInfoBytes)
-        return SHA256.hash(data: der).map { String(format: "%02x", $0) }.joined()
+        return Hex.encode(SHA256.hash(data: der))
     }
 }

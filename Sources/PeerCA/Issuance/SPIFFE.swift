@@ -16,7 +16,7 @@ public enum SPIFFE {
             (0x61...0x7a).contains($0) || (0x41...0x5a).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2e || $0 == 0x2d || $0 == 0x5f
         }
         if allowed, !value.isEmpty, value != ".", value != "..", !value.hasPrefix("_x") { return value }
-        return "_x" + value.utf8.map { String(format: "%02x", $0) }.joined()
+        return "_x" + Hex.encode(value.utf8)
     }
 
     /// An issuer as a name: `https://` and a trailing `/` dropped (`https://idp.example/` → `idp.example`).

@@ -4,19 +4,32 @@ import SwiftASN1
 import TokenKit
 public import X509
 
-/// Random certificate serial numbers.
+/// Certificate serial numbers: unique, unpredictable, and in order of issuance.
 enum SerialNumbers {
-    /// 16 random bytes (127 bits of randomness): positive, never starting with a zero byte, so the
-    /// DER INTEGER is always 16 bytes long.
-    static func random() -> Certificate.SerialNumber {
+    /// 16 bytes: `0x40`, then the milliseconds since 1970 (48 bits, big-endian), then 72 random
+    /// bits from the system's CSPRNG (the CA/Browser Forum asks for at least 64). Positive and
+    /// never starting with a zero byte, so the DER INTEGER is always 16 bytes long.
+    ///
+    /// The time prefix makes serials (and their hex, the ledger's key) grow with time, so each new
+    /// row lands at the end of the serial index instead of on a random page of it: with random
+    /// serials, every certificate dirtied (and wrote to the WAL) one more random index page, a cost
+    /// that grew with the ledger. Unpredictability comes from the 72 random bits; a repeat is
+    /// refused by the ledger and drawn again.
+    static func random(now: Date = Date()) -> Certificate.SerialNumber {
         var generator = SystemRandomNumberGenerator()
-        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        bytes[0] = (bytes[0] & 0x7f) | 0x01
+        let high = generator.next() as UInt64
+        let low = generator.next() as UInt64
+        let milliseconds = UInt64(max(0, now.timeIntervalSince1970 * 1000)) & 0xffff_ffff_ffff
+        var bytes = [UInt8](repeating: 0, count: 16)
+        bytes[0] = 0x40
+        for i in 0..<6 { bytes[1 + i] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * i)) }
+        for i in 0..<8 { bytes[7 + i] = UInt8(truncatingIfNeeded: high >> (56 - 8 * i)) }
+        bytes[15] = UInt8(truncatingIfNeeded: low)
         return Certificate.SerialNumber(bytes: bytes)
     }
 
     static func hex(_ serial: Certificate.SerialNumber) -> String {
-        serial.bytes.map { String(format: "%02x", $0) }.joined()
+        Hex.encode(serial.bytes)
     }
 
     static func parse(_ hex: String) -> Certificate.SerialNumber? {
