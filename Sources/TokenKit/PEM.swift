@@ -42,23 +42,30 @@ public enum PEM {
         return blocks
     }
 
-    /// Armours DER under `label`, 64 characters a line.
+    /// Armours DER under `label`, 64 characters a line, each line ending in `\n`.
     public static func encode(label: String, der: [UInt8]) -> String {
-        let b64 = Array(encodeBase64(der))
-        var out = "-----BEGIN \(label)-----\n"
+        let body = base64Bytes(der)
+        var out: [UInt8] = []
+        out.reserveCapacity(body.count + body.count / 64 + 2 * label.utf8.count + 32)
+        out += "-----BEGIN \(label)-----\n".utf8
         var i = 0
-        while i < b64.count {
-            out += String(b64[i..<min(i + 64, b64.count)]) + "\n"
-            i += 64
+        while i < body.count {
+            let end = min(i + 64, body.count)
+            out += body[i..<end]
+            out.append(0x0a)
+            i = end
         }
-        out += "-----END \(label)-----\n"
-        return out
+        out += "-----END \(label)-----\n".utf8
+        return String(decoding: out, as: UTF8.self)
     }
 
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
 
-    static func encodeBase64(_ bytes: [UInt8]) -> String {
-        var out = ""
+    static func encodeBase64(_ bytes: [UInt8]) -> String { String(decoding: base64Bytes(bytes), as: UTF8.self) }
+
+    /// Standard base64 with padding, as ASCII bytes.
+    static func base64Bytes(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)
         var i = 0
         while i < bytes.count {
@@ -66,8 +73,8 @@ public enum PEM {
             let v = UInt32(b0) << 16 | UInt32(b1) << 8 | UInt32(b2)
             out.append(alphabet[Int(v >> 18 & 63)])
             out.append(alphabet[Int(v >> 12 & 63)])
-            out.append(i + 1 < bytes.count ? alphabet[Int(v >> 6 & 63)] : "=")
-            out.append(i + 2 < bytes.count ? alphabet[Int(v & 63)] : "=")
+            out.append(i + 1 < bytes.count ? alphabet[Int(v >> 6 & 63)] : UInt8(ascii: "="))
+            out.append(i + 2 < bytes.count ? alphabet[Int(v & 63)] : UInt8(ascii: "="))
             i += 3
         }
         return out

@@ -26,7 +26,14 @@ struct IssuanceTests {
         #expect(try leaf.extensions.basicConstraints == .notCertificateAuthority)
         #expect(try leaf.extensions.keyUsage == KeyUsage(digitalSignature: true))
         #expect(try leaf.extensions.extendedKeyUsage == ExtendedKeyUsage([.serverAuth, .clientAuth]))
-        #expect(try leaf.extensions.subjectKeyIdentifier != nil)
+        // The SKI and the ledger's fingerprint, computed once from the CSR's key, are what the key itself gives.
+        #expect(try leaf.extensions.subjectKeyIdentifier == SubjectKeyIdentifier(hash: leaf.publicKey))
+        let validated = try ValidatedCSR(csr)
+        #expect(validated.keyFingerprint == leaf.publicKey.sha256Fingerprint)
+        #expect(try await test.ca.ledger.entry(serial: issued.serial)?.keyFingerprint == leaf.publicKey.sha256Fingerprint)
+        // The chain's PEM (written from the recorded DER) is what swift-certificates writes.
+        #expect(issued.chainPEM == issued.chain.map(\.pemString).joined())
+        #expect(issued.chain.count == test.material.authority.intermediates.count + 1)
         #expect(try leaf.extensions.authorityKeyIdentifier?.keyIdentifier == test.material.authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
         #expect(leaf.serialNumber.bytes.count == 16)
         // notBefore back-dated 5 minutes; notAfter capped by the token's exp (1 h) under the 24 h maximum.
@@ -147,5 +154,36 @@ struct IssuanceTests {
         #expect(throws: PeerCAError.self) { _ = try IssuancePolicy(appID: "App ID!", provider: "x") }
         let policy = try IssuancePolicy(appID: "2F4E-AB", provider: "x")
         #expect(policy.trustDomain == "2f4e-ab")
+    }
+
+    /// Serials: 16 bytes, positive, a 48-bit millisecond clock after the first byte (so they grow
+    /// with time and the ledger appends to its serial index), then 72 random bits.
+    @Test func serialsGrowWithTimeAndCarryRandomBits() throws {
+        let t = Date(timeIntervalSince1970: 1_790_000_000.123)
+        let a = SerialNumbers.random(now: t), b = SerialNumbers.random(now: t)
+        let later = SerialNumbers.random(now: t.addingTimeInterval(0.001))
+        for serial in [a, b, later] {
+            #expect(serial.bytes.count == 16)
+            #expect(serial.bytes.first == 0x40)
+        }
+        let milliseconds = a.bytes.dropFirst().prefix(6).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        #expect(milliseconds == 1_790_000_000_123)
+        // Same millisecond: the random part still differs.
+        #expect(a != b)
+        #expect(Array(a.bytes.prefix(7)) == Array(b.bytes.prefix(7)))
+        // Hex order is issue order across milliseconds.
+        #expect(SerialNumbers.hex(later) > SerialNumbers.hex(a) && SerialNumbers.hex(later) > SerialNumbers.hex(b))
+        // 1000 draws in one millisecond: no repeat, and every random byte position takes many values.
+        let draws = (0..<1000).map { _ in Array(SerialNumbers.random(now: t).bytes) }
+        #expect(Set(draws).count == 1000)
+        for position in 7..<16 { #expect(Set(draws.map { $0[position] }).count > 100, "byte \(position)") }
+    }
+
+    /// Hex: two lower-case digits per byte, the same text `String(format: "%02x")` gives.
+    @Test func hexMatchesFormat() {
+        let all = (0...255).map { UInt8($0) }
+        #expect(Hex.encode(all) == all.map { String(format: "%02x", $0) }.joined())
+        #expect(Hex.encode([UInt8]()) == "")
+        #expect(SPIFFE.segment("a b") == "_x612062")
     }
 }

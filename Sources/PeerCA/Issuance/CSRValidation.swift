@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import SwiftASN1
 public import X509
@@ -15,6 +16,11 @@ public struct ValidatedCSR: Sendable {
     public var publicKey: Certificate.PublicKey { request.publicKey }
     /// Its type.
     public let keyKind: PublicKeyKind
+    /// SHA-256 of the key's DER SubjectPublicKeyInfo, lower-case hex: the ledger's key fingerprint
+    /// (the same as `request.publicKey.sha256Fingerprint`, computed once).
+    public let keyFingerprint: String
+    /// SHA-1 of the key's bits: the issued certificate's subject key identifier (RFC 5280 §4.2.1.2, method 1).
+    package let keyIdentifier: [UInt8]
 
     /// Largest accepted CSR, PEM or DER.
     public static let maximumBytes = 16 * 1024
@@ -74,6 +80,22 @@ public struct ValidatedCSR: Sendable {
         }
         self.request = request
         self.keyKind = kind
+        // Both digests from one encoding of the key: each encoding of an EC key converts its
+        // point to affine coordinates (a field inversion), and the certificate needs it once more.
+        var serializer = DER.Serializer()
+        do { try serializer.serialize(request.publicKey) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
+        let spki = serializer.serializedBytes
+        guard let bits = ValidatedCSR.keyBits(ofSubjectPublicKeyInfo: spki) else { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
+        keyFingerprint = Hex.encode(SHA256.hash(data: spki))
+        keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
+    }
+
+    /// The subjectPublicKey BIT STRING's bytes inside a DER SubjectPublicKeyInfo.
+    static func keyBits(ofSubjectPublicKeyInfo spki: [UInt8]) -> ArraySlice<UInt8>? {
+        guard let root = try? DER.parse(spki), case .constructed(let fields) = root.content else { return nil }
+        var iterator = fields.makeIterator()
+        guard iterator.next() != nil, let bits = iterator.next(), let bitString = try? ASN1BitString(derEncoded: bits) else { return nil }
+        return bitString.bytes
     }
 }
 

@@ -14,8 +14,13 @@ public struct IssuedCertificate: Sendable {
     public let serial: String
     public var notBefore: Date { certificate.notValidBefore }
     public var notAfter: Date { certificate.notValidAfter }
+    /// The leaf's DER, as recorded in the ledger.
+    let leafDER: [UInt8]
+    /// The certificates after the leaf, PEM (made once per CA).
+    let intermediatesPEM: String
+
     /// The chain as PEM (leaf first).
-    public var chainPEM: String { chain.map(\.pemString).joined() }
+    public var chainPEM: String { PEM.encode(label: "CERTIFICATE", der: leafDER) + intermediatesPEM }
 }
 
 /// Turns verified tokens and CSRs into peer certificates, recorded in a ledger before they are
@@ -37,12 +42,29 @@ public final class PeerCertificateAuthority: Sendable {
     public let policy: IssuancePolicy
     public let ledger: any CertificateLedger
     public let clock: VerificationClock
+    /// The issuing certificate's key identifier (every leaf's AKI), read once.
+    private let issuerKeyIdentifier: ArraySlice<UInt8>?
+    /// The certificates sent after each leaf, and their PEM, made once.
+    private let intermediates: [Certificate]
+    private let intermediatesPEM: String
 
     public init(authority: CertificateAuthority, policy: IssuancePolicy, ledger: any CertificateLedger, clock: VerificationClock = .system) {
         self.authority = authority
         self.policy = policy
         self.ledger = ledger
         self.clock = clock
+        issuerKeyIdentifier = PeerCertificateAuthority.keyIdentifier(of: authority.issuer)
+        intermediates = authority.intermediates
+        intermediatesPEM = intermediates.map(\.pemString).joined()
+    }
+
+    /// The SKI of `issuer`, or the SHA-1 of its key when it carries none; nil if its extensions do not parse.
+    private static func keyIdentifier(of issuer: Certificate) -> ArraySlice<UInt8>? {
+        do {
+            return try issuer.extensions.subjectKeyIdentifier?.keyIdentifier ?? SubjectKeyIdentifier(hash: issuer.publicKey).keyIdentifier
+        } catch {
+            return nil
+        }
     }
 
     /// Issues a certificate for the key in `csr` (PEM or DER) to the identity `token` establishes.
@@ -83,7 +105,7 @@ public final class PeerCertificateAuthority: Sendable {
             use = TokenUse(issuer: identity.issuer, tokenID: jti)
         }
         return try await sign(
-            identity, publicKey: csr.publicKey, notBefore: notBefore, notAfter: notAfter, now: now, use: use,
+            identity, csr: csr, notBefore: notBefore, notAfter: notAfter, now: now, use: use,
             sessionStart: identity.latestSignIn ?? identity.issuedAt ?? now, renewalOf: nil)
     }
 
@@ -119,7 +141,7 @@ public final class PeerCertificateAuthority: Sendable {
                 "the session began at \(ISO8601DateFormatter().string(from: sessionStart)) and may last \(Int(maximumSessionAge)) s; sign in again")
         }
         return try await sign(
-            identity, publicKey: csr.publicKey, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: sessionStart,
+            identity, csr: csr, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: sessionStart,
             renewalOf: current.serial)
     }
 
@@ -146,15 +168,15 @@ public final class PeerCertificateAuthority: Sendable {
     /// Signs a leaf for `identity` and records it (with the token use, when given) before
     /// returning it; a serial that exists already is drawn again.
     func sign(
-        _ identity: PeerIdentity, publicKey: Certificate.PublicKey, notBefore: Date, notAfter: Date, now: Date, use: TokenUse?,
+        _ identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date, now: Date, use: TokenUse?,
         sessionStart: Date, renewalOf: String?
     ) async throws(PeerCAError) -> IssuedCertificate {
         for _ in 0..<4 {
             let serial = SerialNumbers.random()
-            let certificate = try makeLeaf(serial: serial, identity: identity, publicKey: publicKey, notBefore: notBefore, notAfter: notAfter)
+            let certificate = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter)
             let entry = LedgerEntry(
                 serial: SerialNumbers.hex(serial), subject: identity.spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
-                tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: publicKey.sha256Fingerprint,
+                tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.keyFingerprint,
                 notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes, provider: identity.provider,
                 sessionStart: sessionStart, renewalOf: renewalOf)
             do {
@@ -163,28 +185,29 @@ public final class PeerCertificateAuthority: Sendable {
                 continue  // 2^-127 per draw; draw again
             }
             return IssuedCertificate(
-                certificate: certificate, chain: [certificate] + authority.intermediates, identity: identity, serial: entry.serial)
+                certificate: certificate, chain: [certificate] + intermediates, identity: identity, serial: entry.serial, leafDER: entry.der,
+                intermediatesPEM: intermediatesPEM)
         }
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }
 
     func makeLeaf(
-        serial: Certificate.SerialNumber, identity: PeerIdentity, publicKey: Certificate.PublicKey, notBefore: Date, notAfter: Date
+        serial: Certificate.SerialNumber, identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date
     ) throws(PeerCAError) -> Certificate {
         do {
             let subject = try DistinguishedName { CommonName(identity.accountUID) }
-            let issuerSKI = try authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier
+            let issuerSKI = try issuerKeyIdentifier ?? authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier
                 ?? SubjectKeyIdentifier(hash: authority.issuer.publicKey).keyIdentifier
             let extensions = try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth, .clientAuth])
-                SubjectKeyIdentifier(hash: publicKey)
+                SubjectKeyIdentifier(keyIdentifier: ArraySlice(csr.keyIdentifier))
                 AuthorityKeyIdentifier(keyIdentifier: issuerSKI)
                 SubjectAlternativeNames([.uniformResourceIdentifier(identity.spiffeID)])
             }
             return try Certificate(
-                version: .v3, serialNumber: serial, publicKey: publicKey, notValidBefore: notBefore, notValidAfter: notAfter,
+                version: .v3, serialNumber: serial, publicKey: csr.publicKey, notValidBefore: notBefore, notValidAfter: notAfter,
                 issuer: authority.issuer.subject, subject: subject, signatureAlgorithm: authority.signatureAlgorithm,
                 extensions: extensions, issuerPrivateKey: authority.issuerKey)
         } catch {
