@@ -97,27 +97,40 @@ enum JSONWriter {
         for _ in 0..<level { out += indent }
     }
 
+    /// `s` as a JSON string. Runs of bytes that need no escape are copied whole: a reply carrying
+    /// a PEM chain is mostly such a run, and appending it scalar by scalar cost the issuance
+    /// endpoint a tenth of its CPU.
     static func writeString(_ s: String, into out: inout String) {
         out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
+        var text = s
+        text.withUTF8 { bytes in
+            var runStart = 0
+            for i in 0..<bytes.count {
+                let byte = bytes[i]
+                guard byte < 0x20 || byte == 0x22 || byte == 0x5c else { continue }
+                if runStart < i { out += String(decoding: UnsafeBufferPointer(rebasing: bytes[runStart..<i]), as: UTF8.self) }
+                out += escape(byte)
+                runStart = i + 1
             }
+            if runStart < bytes.count { out += String(decoding: UnsafeBufferPointer(rebasing: bytes[runStart...]), as: UTF8.self) }
         }
         out += "\""
+    }
+
+    /// The escape for a quote, a backslash or a control character.
+    private static func escape(_ byte: UInt8) -> String {
+        switch byte {
+        case 0x22: return "\\\""
+        case 0x5c: return "\\\\"
+        case 0x0a: return "\\n"
+        case 0x0d: return "\\r"
+        case 0x09: return "\\t"
+        case 0x08: return "\\b"
+        case 0x0c: return "\\f"
+        default:
+            let hex = String(byte, radix: 16)
+            return "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        }
     }
 }
 

@@ -185,4 +185,22 @@ struct ParsingTests {
         #expect(try JSONValue.parse(value.compactText) == value)
         #expect(try JSONValue.parse(value.prettyText) == value)
     }
+
+    /// The writer's escapes, exactly: quote, backslash, the short forms, \u00XX for the other
+    /// control characters, everything else (DEL, non-ASCII) as is; runs between escapes intact.
+    @Test func jsonWriterEscapesExactly() throws {
+        #expect(JSONValue.string("").compactText == #""""#)
+        #expect(JSONValue.string("plain text").compactText == #""plain text""#)
+        #expect(JSONValue.string("a\"b\\c\nd\re\tf\u{08}g\u{0C}h").compactText == #""a\"b\\c\nd\re\tf\bg\fh""#)
+        #expect(JSONValue.string("\u{00}\u{01}\u{1F}").compactText == #""\u0000\u0001\u001f""#)
+        #expect(JSONValue.string("\u{7F}é😀\n").compactText == "\"\u{7F}é😀\\n\"")
+        #expect(JSONValue.string("\"\"").compactText == #""\"\"""#)
+        // Every character from U+0000 to U+00FF, and a PEM-like text, survive a round trip.
+        let all = String(decoding: (0...255).map { UInt8($0) }.flatMap { Array(String(UnicodeScalar($0)).utf8) }, as: UTF8.self)
+        let pem = "-----BEGIN CERTIFICATE-----\n" + String(repeating: "MIIB+/==", count: 40) + "\n-----END CERTIFICATE-----\n"
+        for text in [all, pem] {
+            #expect(try JSONValue.parse(JSONValue.string(text).compactText) == .string(text))
+            #expect(try JSONValue.parse(JSONValue.object(["k\n": .string(text)]).prettyText) == .object(["k\n": .string(text)]))
+        }
+    }
 }
