@@ -4,9 +4,22 @@
 # fuzz-out/<target>/; turn each into a regression test. Each run appends a line to
 # fuzz-out/runs.tsv (date, target, wall s, CPU s, executions, new units, exit status, findings);
 # `scripts/fuzz.sh --totals` sums it per target (the CPU hours the README reports).
-# Usage: [FUZZ_NO_BUILD=1] scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
+# FUZZ_IDLE=1 runs the fuzzers in a session of their own whose scheduling group has nice 19, so
+# they take only the CPU nothing else wants: with the kernel's autogroups (sched_autogroup_enabled),
+# `nice -n 19` counts only inside one's own session's group and a fuzzer still got a full core's
+# share against a build or benchmark in another session.
+# FUZZ_TIMEOUT (default 10) is libFuzzer's -timeout: the wall-clock seconds one input may take. A
+# fuzzer paused by SIGSTOP (to keep a benchmark's CPUs quiet) counts the pause against it, so
+# raise it for runs that will be paused.
+# Usage: [FUZZ_NO_BUILD=1] [FUZZ_IDLE=1] [FUZZ_TIMEOUT=S] scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${FUZZ_IDLE:-0}" = 1 ]; then
+    if [ "${FUZZ_IDLE_GROUP:-}" != "$$" ] && [ -w /proc/self/autogroup ]; then
+        # A new session (and so a new autogroup) just for this script; --wait keeps the caller waiting.
+        FUZZ_IDLE_GROUP=pending exec setsid --wait bash -c 'export FUZZ_IDLE_GROUP=$$; echo 19 > /proc/self/autogroup; exec "$0" "$@"' "$PWD/scripts/fuzz.sh" "$@"
+    fi
+fi
 if [ "${1:-}" = "--totals" ]; then
     [ -f fuzz-out/runs.tsv ] || { echo "no runs recorded in fuzz-out/runs.tsv" >&2; exit 1; }
     awk -F'\t' '{ wall[$2] += $3; cpu[$2] += $4; ex[$2] += $5; nu[$2] += $6; runs[$2]++; if ($7 != 0 || $8 != 0) bad[$2]++ }
@@ -74,7 +87,7 @@ for target in "${targets[@]}"; do
     log="$PWD/$work/$target/last-run.log"
     status=0
     (cd "$work/$target/findings" && /usr/bin/time -f "cpu_seconds %U %S wall_seconds %e" "$binary" ../corpus \
-        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 > "$log" 2>&1) || status=$?
+        -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 > "$log" 2>&1) || status=$?
     tail -12 "$log"
     cpu=$(awk '/^cpu_seconds/ { printf "%.0f", $2 + $3 }' "$log")
     wall=$(awk '/^cpu_seconds/ { printf "%.0f", $5 }' "$log")
