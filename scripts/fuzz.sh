@@ -69,6 +69,15 @@ printf '\1{"provider":"dev","token":"@T","csr":"@C"}' > "$work/FuzzWebhook/corpu
 printf '\1{"provider":"dev","token":"@T","csr":"@C","validitySeconds":-1e999}' > "$work/FuzzWebhook/corpus/cert-validity"
 printf '\1{"provider":"dev","token":"@T","csr":"-----BEGIN CERTIFICATE REQUEST-----\\nMIIB\\n-----END CERTIFICATE REQUEST-----"}' > "$work/FuzzWebhook/corpus/cert-bad"
 
+# Past findings (Fuzz/Regressions/<target>/), fixed since: part of every corpus, so each run's
+# first pass replays them.
+for dir in Fuzz/Regressions/*/; do
+    [ -d "$dir" ] || continue
+    target=$(basename "$dir")
+    mkdir -p "$work/$target/corpus"
+    cp "$dir"* "$work/$target/corpus/"
+done
+
 # Swift's backtracer would symbolicate the huge sanitizer binary for minutes after a crash.
 export SWIFT_BACKTRACE=enable=no
 for target in "${targets[@]}"; do
@@ -78,6 +87,11 @@ for target in "${targets[@]}"; do
     # warns "Is the code instrumented for coverage?"), and one built with the old trace-pc-guard
     # coverage refuses to start. Either stops here rather than count as fuzzing.
     check=$(cd "$work/$target/findings" && "$binary" ../corpus -runs=2000 2>&1 || true)
+    if grep -q "ERROR: \(AddressSanitizer\|LeakSanitizer\|libFuzzer\)" <<<"$check"; then
+        echo "$target: the corpus (with Fuzz/Regressions) fails before fuzzing starts; the finding is in $work/$target/findings:" >&2
+        grep -m3 "ERROR\|SUMMARY" <<<"$check" >&2 || true
+        exit 1
+    fi
     if ! grep -q "cov: [0-9]" <<<"$check" || grep -q "instrumented for coverage\|no longer supported" <<<"$check"; then
         echo "$target: not instrumented for coverage; rebuild (rm -rf .build-fuzz):" >&2
         grep -m3 "WARNING\|ERROR\|no longer" <<<"$check" >&2 || true
