@@ -11,7 +11,9 @@
 # FUZZ_TIMEOUT (default 10) is libFuzzer's -timeout: the wall-clock seconds one input may take. A
 # fuzzer paused by SIGSTOP (to keep a benchmark's CPUs quiet) counts the pause against it, so
 # raise it for runs that will be paused.
-# Usage: [FUZZ_NO_BUILD=1] [FUZZ_IDLE=1] [FUZZ_TIMEOUT=S] scripts/fuzz.sh [SECONDS] [TARGET…] | scripts/fuzz.sh --totals
+# Usage: [FUZZ_NO_BUILD=1] [FUZZ_IDLE=1] [FUZZ_TIMEOUT=S] scripts/fuzz.sh [SECONDS] [TARGET…]
+#        scripts/fuzz.sh --totals        CPU hours, executions and failed runs per target (fuzz-out/runs.tsv)
+#        scripts/fuzz.sh --save-corpus   minimized corpora into Fuzz/Corpus/<target>.tar.xz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${FUZZ_IDLE:-0}" = 1 ]; then
@@ -19,6 +21,25 @@ if [ "${FUZZ_IDLE:-0}" = 1 ]; then
         # A new session (and so a new autogroup) just for this script; --wait keeps the caller waiting.
         FUZZ_IDLE_GROUP=pending exec setsid --wait bash -c 'export FUZZ_IDLE_GROUP=$$; echo 19 > /proc/self/autogroup; exec "$0" "$@"' "$PWD/scripts/fuzz.sh" "$@"
     fi
+fi
+if [ "${1:-}" = "--save-corpus" ]; then
+    # Minimizes each target's corpus (libFuzzer -merge=1: the fewest inputs with the same
+    # coverage) into Fuzz/Corpus/<target>.tar.xz, which later runs (and other machines) start
+    # from. Needs the binaries built (a run of this script builds them).
+    mkdir -p Fuzz/Corpus
+    for dir in fuzz-out/*/corpus; do
+        [ -d "$dir" ] || continue
+        target=$(basename "$(dirname "$dir")")
+        binary="$PWD/.build-fuzz/release/$target"
+        [ -x "$binary" ] || { echo "$target: not built; run scripts/fuzz.sh first" >&2; continue; }
+        min=$(mktemp -d)
+        (cd "$(dirname "$dir")" && SWIFT_BACKTRACE=enable=no "$binary" -merge=1 -timeout=60 -rss_limit_mb=2048 "$min" corpus > merge.log 2>&1) \
+            || { echo "$target: merge failed (fuzz-out/$target/merge.log)" >&2; rm -rf "$min"; continue; }
+        tar -C "$min" -cJf "Fuzz/Corpus/$target.tar.xz" .
+        echo "$target: $(ls "$dir" | wc -l) inputs -> $(ls "$min" | wc -l) kept, $(du -k "Fuzz/Corpus/$target.tar.xz" | cut -f1) KiB"
+        rm -rf "$min"
+    done
+    exit 0
 fi
 if [ "${1:-}" = "--totals" ]; then
     [ -f fuzz-out/runs.tsv ] || { echo "no runs recorded in fuzz-out/runs.tsv" >&2; exit 1; }
@@ -68,6 +89,14 @@ printf '\0{"appID":"other","provider":"pda","token":"a.b.c"}' > "$work/FuzzWebho
 printf '\1{"provider":"dev","token":"@T","csr":"@C"}' > "$work/FuzzWebhook/corpus/cert-ok"
 printf '\1{"provider":"dev","token":"@T","csr":"@C","validitySeconds":-1e999}' > "$work/FuzzWebhook/corpus/cert-validity"
 printf '\1{"provider":"dev","token":"@T","csr":"-----BEGIN CERTIFICATE REQUEST-----\\nMIIB\\n-----END CERTIFICATE REQUEST-----"}' > "$work/FuzzWebhook/corpus/cert-bad"
+
+# Corpora kept from earlier runs (--save-corpus), so coverage carries over from machine to machine.
+for archive in Fuzz/Corpus/*.tar.xz; do
+    [ -f "$archive" ] || continue
+    target=$(basename "$archive" .tar.xz)
+    mkdir -p "$work/$target/corpus"
+    tar -C "$work/$target/corpus" -xJf "$archive"
+done
 
 # Past findings (Fuzz/Regressions/<target>/), fixed since: part of every corpus, so each run's
 # first pass replays them.
