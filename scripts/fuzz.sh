@@ -91,20 +91,22 @@ printf '\1{"provider":"dev","token":"@T","csr":"@C","validitySeconds":-1e999}' >
 printf '\1{"provider":"dev","token":"@T","csr":"-----BEGIN CERTIFICATE REQUEST-----\\nMIIB\\n-----END CERTIFICATE REQUEST-----"}' > "$work/FuzzWebhook/corpus/cert-bad"
 
 # Corpora kept from earlier runs (--save-corpus), so coverage carries over from machine to machine.
-for archive in Fuzz/Corpus/*.tar.xz; do
+# Inputs are named by their SHA-1, so one already there is the same input: it is kept (this also
+# lets two runs of different targets start at once).
+for target in "${targets[@]}"; do
+    archive="Fuzz/Corpus/$target.tar.xz"
     [ -f "$archive" ] || continue
-    target=$(basename "$archive" .tar.xz)
     mkdir -p "$work/$target/corpus"
-    tar -C "$work/$target/corpus" -xJf "$archive"
+    tar -C "$work/$target/corpus" --skip-old-files -xJf "$archive"
 done
 
 # Past findings (Fuzz/Regressions/<target>/), fixed since: part of every corpus, so each run's
 # first pass replays them.
-for dir in Fuzz/Regressions/*/; do
+for target in "${targets[@]}"; do
+    dir="Fuzz/Regressions/$target"
     [ -d "$dir" ] || continue
-    target=$(basename "$dir")
     mkdir -p "$work/$target/corpus"
-    cp "$dir"* "$work/$target/corpus/"
+    cp "$dir"/* "$work/$target/corpus/"
 done
 
 # Swift's backtracer would symbolicate the huge sanitizer binary for minutes after a crash.
