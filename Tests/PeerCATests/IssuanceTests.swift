@@ -1,5 +1,6 @@
 import Foundation
 @testable import PeerCA
+import SwiftASN1
 import TestSupport
 import Testing
 import TokenKit
@@ -33,6 +34,7 @@ struct IssuanceTests {
         #expect(try await test.ca.ledger.entry(serial: issued.serial)?.keyFingerprint == leaf.publicKey.sha256Fingerprint)
         // The chain's PEM (written from the recorded DER) is what swift-certificates writes.
         #expect(issued.chainPEM == issued.chain.map(\.pemString).joined())
+        for certificate in issued.chain { #expect(certificate.pemString == (try certificate.serializeAsPEM().pemString) + "\n") }
         #expect(issued.chain.count == test.material.authority.intermediates.count + 1)
         #expect(try leaf.extensions.authorityKeyIdentifier?.keyIdentifier == test.material.authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
         #expect(leaf.serialNumber.bytes.count == 16)

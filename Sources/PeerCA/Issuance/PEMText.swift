@@ -8,7 +8,7 @@ import X509
 public enum PEMText {
     /// DER bytes as a PEM block with `label` (e.g. `X509 CRL`).
     public static func encode(_ der: [UInt8], label: String) -> String {
-        PEMDocument(type: label, derBytes: der).pemString + "\n"
+        PEM.encode(label: label, der: der)
     }
 
     static func privateKey(_ key: Certificate.PrivateKey, passphrase: String? = nil) throws(PeerCAError) -> String {

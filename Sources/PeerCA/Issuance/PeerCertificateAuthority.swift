@@ -14,13 +14,8 @@ public struct IssuedCertificate: Sendable {
     public let serial: String
     public var notBefore: Date { certificate.notValidBefore }
     public var notAfter: Date { certificate.notValidAfter }
-    /// The leaf's DER, as recorded in the ledger.
-    let leafDER: [UInt8]
-    /// The certificates after the leaf, PEM (made once per CA).
-    let intermediatesPEM: String
-
     /// The chain as PEM (leaf first).
-    public var chainPEM: String { PEM.encode(label: "CERTIFICATE", der: leafDER) + intermediatesPEM }
+    public var chainPEM: String { chain.map(\.pemString).joined() }
 }
 
 /// Turns verified tokens and CSRs into peer certificates, recorded in a ledger before they are
@@ -44,9 +39,8 @@ public final class PeerCertificateAuthority: Sendable {
     public let clock: VerificationClock
     /// The issuing certificate's key identifier (every leaf's AKI), read once.
     private let issuerKeyIdentifier: ArraySlice<UInt8>?
-    /// The certificates sent after each leaf, and their PEM, made once.
+    /// The certificates sent after each leaf, made once.
     private let intermediates: [Certificate]
-    private let intermediatesPEM: String
 
     public init(authority: CertificateAuthority, policy: IssuancePolicy, ledger: any CertificateLedger, clock: VerificationClock = .system) {
         self.authority = authority
@@ -55,7 +49,6 @@ public final class PeerCertificateAuthority: Sendable {
         self.clock = clock
         issuerKeyIdentifier = PeerCertificateAuthority.keyIdentifier(of: authority.issuer)
         intermediates = authority.intermediates
-        intermediatesPEM = intermediates.map(\.pemString).joined()
     }
 
     /// The SKI of `issuer`, or the SHA-1 of its key when it carries none; nil if its extensions do not parse.
@@ -185,8 +178,7 @@ public final class PeerCertificateAuthority: Sendable {
                 continue  // 2^-127 per draw; draw again
             }
             return IssuedCertificate(
-                certificate: certificate, chain: [certificate] + intermediates, identity: identity, serial: entry.serial, leafDER: entry.der,
-                intermediatesPEM: intermediatesPEM)
+                certificate: certificate, chain: [certificate] + intermediates, identity: identity, serial: entry.serial)
         }
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }

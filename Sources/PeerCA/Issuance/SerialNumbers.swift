@@ -54,8 +54,9 @@ extension Certificate {
         return (try? serializer.serialize(self)).map { serializer.serializedBytes } ?? []
     }
 
-    /// The certificate as PEM text.
+    /// The certificate as PEM text (64-character lines, each ending in `\n`).
     public var pemString: String {
-        (try? serializeAsPEM().pemString).map { $0 + "\n" } ?? ""
+        let der = derBytes
+        return der.isEmpty ? "" : PEM.encode(label: "CERTIFICATE", der: der)
     }
 }
