@@ -69,6 +69,9 @@ extension Certificate.PublicKey {
     public var sha256Fingerprint: String {
         var serializer = DER.Serializer()
         let der = (try? serializer.serialize(self)).map { serializer.serializedBytes } ?? Array(subjectPublicKeyInfoBytes)
-        return Hex.encode(SHA256.hash(data: der))
+        return Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: der)
     }
+
+    /// The fingerprint of a DER SubjectPublicKeyInfo already encoded.
+    static func sha256Fingerprint(ofSubjectPublicKeyInfo spki: [UInt8]) -> String { Hex.encode(SHA256.hash(data: spki)) }
 }

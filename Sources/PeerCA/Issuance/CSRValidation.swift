@@ -86,7 +86,7 @@ public struct ValidatedCSR: Sendable {
         do { try serializer.serialize(request.publicKey) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
         let spki = serializer.serializedBytes
         guard let bits = ValidatedCSR.keyBits(ofSubjectPublicKeyInfo: spki) else { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
-        keyFingerprint = Hex.encode(SHA256.hash(data: spki))
+        keyFingerprint = Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: spki)
         keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
     }
 
