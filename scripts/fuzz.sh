@@ -59,6 +59,16 @@ targets=("$@")
 # FUZZ_NO_BUILD=1 runs the binaries as built (long runs while the sources change); the
 # instrumentation check below still applies.
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
+    # SwiftPM keeps the build plan of the parent package (a path dependency of Fuzz/) when a source
+    # file is added to it, and the build then fails to find the new file's types (seen with a new
+    # file in Sources/PeerCA). A source file missing from the plan drops the plan, not the objects.
+    for module in TokenKit PeerCA; do
+        list=".build-fuzz/release/$module.build/sources"
+        [ -f "$list" ] || continue
+        if find "Sources/$module" -name '*.swift' | while read -r f; do grep -qF "$PWD/$f" "$list" || { echo "$f"; break; }; done | grep -q .; then
+            rm -f .build-fuzz/release.yaml .build-fuzz/plugin-tools.yaml .build-fuzz/release/description.json .build-fuzz/release/plugin-tools-description.json
+        fi
+    done
     swift build --package-path Fuzz -c release --build-path .build-fuzz \
         --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library -Xswiftc -sanitize=fuzzer >/dev/null
 fi
