@@ -170,7 +170,7 @@ enum IssuanceBench {
     static func limitRow(seconds: Double, reps: Int) async throws -> (IssuanceLimit, IssuanceResult) {
         let workload = try IssuanceWorkload()
         // A real leaf from the library, for its TBS (what the limit signs the digest of).
-        let leaf = try await withTemporaryLedger { ca, _ in try await workload.issue(0, with: ca(workload)).certificate.derBytes }
+        let leaf = try await withTemporaryLedger { ca, _ in try await workload.issue(0, with: ca(workload)).derBytes }
         let limit = try IssuanceLimit(csrs: workload.csrs, caKeyPEM: try workload.material.issuerKeyPEM(), leafDER: leaf)
         try limit.check(issuerCertificateDER: workload.material.authority.issuer.derBytes)
         let m = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue)

@@ -48,10 +48,11 @@ struct IssuanceWorkload: Sendable {
     func check(with ca: PeerCertificateAuthority) async throws {
         let issued = try await issue(7, with: ca)
         let issuerCertificate = ca.authority.issuer
-        guard issuerCertificate.publicKey.isValidSignature(issued.certificate.signature, for: issued.certificate) else {
+        let leaf = try issued.certificate
+        guard issuerCertificate.publicKey.isValidSignature(leaf.signature, for: leaf) else {
             throw BenchError("issuance check: the certificate's signature does not verify with the issuing CA's key")
         }
-        guard issued.certificate.publicKey == (try ValidatedCSR(csrs[7])).publicKey else {
+        guard leaf.publicKey == (try ValidatedCSR(csrs[7])).publicKey else {
             throw BenchError("issuance check: the certificate does not certify the CSR's key")
         }
         guard try await ca.ledger.entry(serial: issued.serial) != nil else { throw BenchError("issuance check: the certificate is not in the ledger") }

@@ -52,7 +52,7 @@ enum LedgerGrowth {
             guard sample.identity.spiffeID.hasSuffix("device-0") else { throw BenchError("unexpected SPIFFE ID \(sample.identity.spiffeID)") }
             let shape = RowShape(
                 subjectPrefix: String(sample.identity.spiffeID.dropLast("device-0".count)), issuer: IssuanceWorkload.issuer,
-                derBytes: sample.certificate.derBytes.count)
+                derBytes: sample.derBytes.count)
             let filler: any LedgerFiller
             switch location {
             case .sqlite(let path): filler = SQLiteFiller(path: path, shape: shape)

@@ -21,6 +21,9 @@ public struct ValidatedCSR: Sendable {
     public let keyFingerprint: String
     /// SHA-1 of the key's bits: the issued certificate's subject key identifier (RFC 5280 §4.2.1.2, method 1).
     package let keyIdentifier: [UInt8]
+    /// The key's SubjectPublicKeyInfo, DER, as swift-certificates encodes it: what the issued
+    /// certificate carries.
+    package let subjectPublicKeyInfo: [UInt8]
 
     /// Largest accepted CSR, PEM or DER.
     public static let maximumBytes = 16 * 1024
@@ -58,6 +61,10 @@ public struct ValidatedCSR: Sendable {
             throw PeerCAError(.unsupportedKey, "the CSR is signed with an unsupported algorithm (accepted: ECDSA with SHA-256/384/512, RSA PKCS#1 v1.5 with SHA-256/384/512, Ed25519)")
         } catch {
             if UpstreamErrors.isShortRSAKey(error) {
+                // swift-crypto says the same for an EC point of the wrong size (a compressed one).
+                if ValidatedCSR.hasECKey(request: der) {
+                    throw PeerCAError(.unsupportedKey, "the CSR's EC key is not an uncompressed point (04 X Y) on P-256 or P-384; compressed points are not accepted")
+                }
                 throw PeerCAError(.unsupportedKey, "the CSR's RSA key is shorter than 2048 bits")
             }
             throw PeerCAError(.invalidCSR, "the CSR is not a well-formed PKCS#10 request")
@@ -80,14 +87,55 @@ public struct ValidatedCSR: Sendable {
         }
         self.request = request
         self.keyKind = kind
-        // Both digests from one encoding of the key: each encoding of an EC key converts its
-        // point to affine coordinates (a field inversion), and the certificate needs it once more.
-        var serializer = DER.Serializer()
-        do { try serializer.serialize(request.publicKey) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
-        let spki = serializer.serializedBytes
+        // The fingerprint, the key identifier and the certificate all use one encoding of the key:
+        // the CSR's own bytes when they are already the canonical one, else swift-certificates'
+        // (each encoding of an EC key converts its point to affine coordinates: a field inversion).
+        let spki: [UInt8]
+        if let canonical = ValidatedCSR.canonicalSubjectPublicKeyInfo(ofRequest: der, kind: kind) {
+            spki = canonical
+        } else {
+            var serializer = DER.Serializer()
+            do { try serializer.serialize(request.publicKey) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
+            spki = serializer.serializedBytes
+        }
         guard let bits = ValidatedCSR.keyBits(ofSubjectPublicKeyInfo: spki) else { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
+        subjectPublicKeyInfo = spki
         keyFingerprint = Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: spki)
         keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
+    }
+
+    /// Whether the CSR's SubjectPublicKeyInfo names id-ecPublicKey.
+    static func hasECKey(request der: [UInt8]) -> Bool {
+        var reader = DERReader(der)
+        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), reader.skip(tag: 0x02), reader.skip(tag: 0x30), reader.enter(tag: 0x30),
+            reader.enter(tag: 0x30), let oid = reader.element(tag: 0x06)
+        else { return false }
+        return oid.elementsEqual([0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01])
+    }
+
+    /// The SubjectPublicKeyInfo bytes inside a (parsed, DER) CSR when they are exactly what
+    /// encoding its key again gives: a named-curve P-256 or P-384 key with an uncompressed point
+    /// (the parse already checked the point is on the curve with coordinates below the field
+    /// prime, so it encodes back to the same bytes), or an Ed25519 key. Nil otherwise (RSA, whose
+    /// encoding varies, for one in its parameters): the caller encodes the parsed key.
+    static func canonicalSubjectPublicKeyInfo(ofRequest der: [UInt8], kind: PublicKeyKind) -> [UInt8]? {
+        let prefix: [UInt8]
+        switch kind {
+        case .p256:  // SEQUENCE { SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING 0x04 X Y }
+            prefix = [0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00, 0x04]
+        case .p384:
+            prefix = [0x30, 0x76, 0x30, 0x10, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22, 0x03, 0x62, 0x00, 0x04]
+        case .ed25519:
+            prefix = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]
+        case .p521, .rsa:
+            return nil
+        }
+        // CertificationRequest: SEQUENCE { CertificationRequestInfo SEQUENCE { version INTEGER, subject Name, spki, … }, … }
+        var reader = DERReader(der)
+        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), reader.skip(tag: 0x02), reader.skip(tag: 0x30),
+            let spki = reader.element(tag: 0x30), spki.count == Int(prefix[1]) + 2, spki.starts(with: prefix)
+        else { return nil }
+        return Array(spki)
     }
 
     /// The subjectPublicKey BIT STRING's bytes inside a DER SubjectPublicKeyInfo.
@@ -96,6 +144,59 @@ public struct ValidatedCSR: Sendable {
         var iterator = fields.makeIterator()
         guard iterator.next() != nil, let bits = iterator.next(), let bitString = try? ASN1BitString(derEncoded: bits) else { return nil }
         return bitString.bytes
+    }
+}
+
+/// Walks DER headers (single-octet tags, definite lengths) over bytes a DER parser accepted.
+struct DERReader {
+    private let bytes: [UInt8]
+    private var position = 0
+    /// Where the innermost entered element ends.
+    private var end: Int
+
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+        end = bytes.count
+    }
+
+    /// The tag, content start and content end of the element at the position.
+    private func header(tag: UInt8) -> (start: Int, end: Int)? {
+        guard position + 2 <= end, bytes[position] == tag else { return nil }
+        let first = Int(bytes[position + 1])
+        var start = position + 2
+        var length = first
+        if first >= 0x80 {
+            let octets = first & 0x7f
+            guard octets >= 1, octets <= 3, start + octets <= end else { return nil }
+            length = 0
+            for i in 0..<octets { length = length << 8 | Int(bytes[start + i]) }
+            start += octets
+        }
+        guard length <= end - start else { return nil }
+        return (start, start + length)
+    }
+
+    /// Moves into the element with `tag` at the position.
+    mutating func enter(tag: UInt8) -> Bool {
+        guard let (start, contentEnd) = header(tag: tag) else { return false }
+        position = start
+        end = contentEnd
+        return true
+    }
+
+    /// Moves past the element with `tag` at the position.
+    mutating func skip(tag: UInt8) -> Bool {
+        guard let (_, contentEnd) = header(tag: tag) else { return false }
+        position = contentEnd
+        return true
+    }
+
+    /// The whole encoding (header included) of the element with `tag` at the position; moves past it.
+    mutating func element(tag: UInt8) -> ArraySlice<UInt8>? {
+        let begin = position
+        guard let (_, contentEnd) = header(tag: tag) else { return nil }
+        position = contentEnd
+        return bytes[begin..<contentEnd]
     }
 }
 

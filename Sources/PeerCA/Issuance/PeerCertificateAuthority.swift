@@ -1,21 +1,45 @@
 public import Foundation
 public import TokenKit
 public import X509
+import SwiftASN1
 
 /// A peer certificate the CA issued, and what to send the device.
+///
+/// The issuance path writes the certificate's DER and never builds a `Certificate` value (a
+/// parse costs a third of a certificate signature): ``certificate`` and ``chain`` parse the DER
+/// when asked.
 public struct IssuedCertificate: Sendable {
-    /// The leaf certificate.
-    public let certificate: Certificate
-    /// The leaf followed by the intermediate (if any): what the device presents to its peers.
-    public let chain: [Certificate]
+    /// The leaf certificate, DER: what the ledger recorded.
+    public let derBytes: [UInt8]
+    /// The certificates sent after the leaf: the intermediate, if any.
+    public let intermediates: [Certificate]
     /// The identity it certifies.
     public let identity: PeerIdentity
     /// Serial number, lower-case hex.
     public let serial: String
-    public var notBefore: Date { certificate.notValidBefore }
-    public var notAfter: Date { certificate.notValidAfter }
+    /// The first second of validity.
+    public let notBefore: Date
+    /// The last second of validity.
+    public let notAfter: Date
+    /// The intermediates' PEM, made once per CA.
+    let intermediatesPEM: String
+
+    /// The leaf certificate, parsed from ``derBytes``.
+    public var certificate: Certificate {
+        get throws(PeerCAError) {
+            do { return try Certificate(derEncoded: derBytes) } catch {
+                throw PeerCAError(.invalidCAMaterial, "the issued certificate does not parse (\(error))")
+            }
+        }
+    }
+
+    /// The leaf followed by the intermediate (if any): what the device presents to its peers.
+    public var chain: [Certificate] {
+        get throws(PeerCAError) { [try certificate] + intermediates }
+    }
+
     /// The chain as PEM (leaf first).
-    public var chainPEM: String { chain.map(\.pemString).joined() }
+    public var chainPEM: String { PEM.encode(label: "CERTIFICATE", der: derBytes) + intermediatesPEM }
 }
 
 /// Turns verified tokens and CSRs into peer certificates, recorded in a ledger before they are
@@ -37,18 +61,22 @@ public final class PeerCertificateAuthority: Sendable {
     public let policy: IssuancePolicy
     public let ledger: any CertificateLedger
     public let clock: VerificationClock
-    /// The issuing certificate's key identifier (every leaf's AKI), read once.
-    private let issuerKeyIdentifier: ArraySlice<UInt8>?
-    /// The certificates sent after each leaf, made once.
+    /// The certificates sent after each leaf and their PEM, made once.
     private let intermediates: [Certificate]
+    private let intermediatesPEM: String
+    /// The parts of every leaf that do not change; nil when the issuing certificate's extensions
+    /// do not parse (issuance then fails with ``PeerCAError/Code/invalidCAMaterial``).
+    private let template: LeafTemplate?
 
     public init(authority: CertificateAuthority, policy: IssuancePolicy, ledger: any CertificateLedger, clock: VerificationClock = .system) {
         self.authority = authority
         self.policy = policy
         self.ledger = ledger
         self.clock = clock
-        issuerKeyIdentifier = PeerCertificateAuthority.keyIdentifier(of: authority.issuer)
+        let issuerKeyIdentifier = PeerCertificateAuthority.keyIdentifier(of: authority.issuer)
         intermediates = authority.intermediates
+        intermediatesPEM = intermediates.map(\.pemString).joined()
+        template = issuerKeyIdentifier.flatMap { try? LeafTemplate(authority: authority, issuerKeyIdentifier: $0) }
     }
 
     /// The SKI of `issuer`, or the SHA-1 of its key when it carries none; nil if its extensions do not parse.
@@ -166,42 +194,36 @@ public final class PeerCertificateAuthority: Sendable {
     ) async throws(PeerCAError) -> IssuedCertificate {
         for _ in 0..<4 {
             let serial = SerialNumbers.random()
-            let certificate = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter)
+            let der = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter)
             let entry = LedgerEntry(
                 serial: SerialNumbers.hex(serial), subject: identity.spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
                 tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.keyFingerprint,
-                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: certificate.derBytes, provider: identity.provider,
+                notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: der, provider: identity.provider,
                 sessionStart: sessionStart, renewalOf: renewalOf)
             do {
                 try await ledger.record(entry, claiming: use)
             } catch where error.code == .serialExists {
-                continue  // 2^-127 per draw; draw again
+                continue  // 2^-72 per draw within a millisecond; draw again
             }
             return IssuedCertificate(
-                certificate: certificate, chain: [certificate] + intermediates, identity: identity, serial: entry.serial)
+                derBytes: der, intermediates: intermediates, identity: identity, serial: entry.serial, notBefore: notBefore, notAfter: notAfter,
+                intermediatesPEM: intermediatesPEM)
         }
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }
 
-    func makeLeaf(
+    /// The DER of a leaf for `identity` and the CSR's key, signed by the issuing key.
+    package func makeLeaf(
         serial: Certificate.SerialNumber, identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date
-    ) throws(PeerCAError) -> Certificate {
+    ) throws(PeerCAError) -> [UInt8] {
+        guard let template else {
+            throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate: the issuing certificate's extensions do not parse")
+        }
         do {
-            let subject = try DistinguishedName { CommonName(identity.accountUID) }
-            let issuerSKI = try issuerKeyIdentifier ?? authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier
-                ?? SubjectKeyIdentifier(hash: authority.issuer.publicKey).keyIdentifier
-            let extensions = try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
-                try ExtendedKeyUsage([.serverAuth, .clientAuth])
-                SubjectKeyIdentifier(keyIdentifier: ArraySlice(csr.keyIdentifier))
-                AuthorityKeyIdentifier(keyIdentifier: issuerSKI)
-                SubjectAlternativeNames([.uniformResourceIdentifier(identity.spiffeID)])
-            }
-            return try Certificate(
-                version: .v3, serialNumber: serial, publicKey: csr.publicKey, notValidBefore: notBefore, notValidAfter: notAfter,
-                issuer: authority.issuer.subject, subject: subject, signatureAlgorithm: authority.signatureAlgorithm,
-                extensions: extensions, issuerPrivateKey: authority.issuerKey)
+            let tbs = try template.tbsCertificate(
+                serial: Array(serial.bytes), notBefore: notBefore, notAfter: notAfter, commonName: identity.accountUID,
+                subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: identity.spiffeID)
+            return template.certificate(tbsCertificate: tbs, signature: try authority.sign(tbs))
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate (\(error))")
         }

@@ -1,11 +1,11 @@
 import Crypto
-import Foundation
+package import Foundation
 import SwiftASN1
 import TokenKit
 public import X509
 
 /// Certificate serial numbers: unique, unpredictable, and in order of issuance.
-enum SerialNumbers {
+package enum SerialNumbers {
     /// 16 bytes: `0x40`, then the milliseconds since 1970 (48 bits, big-endian), then 72 random
     /// bits from the system's CSPRNG (the CA/Browser Forum asks for at least 64). Positive and
     /// never starting with a zero byte, so the DER INTEGER is always 16 bytes long.
@@ -15,7 +15,7 @@ enum SerialNumbers {
     /// serials, every certificate dirtied (and wrote to the WAL) one more random index page, a cost
     /// that grew with the ledger. Unpredictability comes from the 72 random bits; a repeat is
     /// refused by the ledger and drawn again.
-    static func random(now: Date = Date()) -> Certificate.SerialNumber {
+    package static func random(now: Date = Date()) -> Certificate.SerialNumber {
         var generator = SystemRandomNumberGenerator()
         let high = generator.next() as UInt64
         let low = generator.next() as UInt64
@@ -28,7 +28,7 @@ enum SerialNumbers {
         return Certificate.SerialNumber(bytes: bytes)
     }
 
-    static func hex(_ serial: Certificate.SerialNumber) -> String {
+    package static func hex(_ serial: Certificate.SerialNumber) -> String {
         Hex.encode(serial.bytes)
     }
 

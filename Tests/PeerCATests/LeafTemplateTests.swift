@@ -1,0 +1,131 @@
+import Foundation
+@testable import PeerCA
+import SwiftASN1
+import TestSupport
+import Testing
+import TokenKit
+import X509
+
+/// The leaf's DER is written by hand (LeafTemplate): it must be what swift-certificates' generic
+/// builders write for the same certificate, byte for byte.
+@Suite("PeerCA leaf template")
+struct LeafTemplateTests {
+    /// The leaf as swift-certificates builds it (how PeerCertificateAuthority made every leaf
+    /// before the template), from the issued leaf's serial, validity and key.
+    static func reference(for leaf: Certificate, identity: PeerIdentity, authority: CertificateAuthority) throws -> Certificate {
+        let issuerSKI = try #require(try authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
+        let extensions = try Certificate.Extensions {
+            Critical(BasicConstraints.notCertificateAuthority)
+            Critical(KeyUsage(digitalSignature: true))
+            try ExtendedKeyUsage([.serverAuth, .clientAuth])
+            SubjectKeyIdentifier(hash: leaf.publicKey)
+            AuthorityKeyIdentifier(keyIdentifier: issuerSKI)
+            SubjectAlternativeNames([.uniformResourceIdentifier(identity.spiffeID)])
+        }
+        return try Certificate(
+            version: .v3, serialNumber: leaf.serialNumber, publicKey: leaf.publicKey, notValidBefore: leaf.notValidBefore,
+            notValidAfter: leaf.notValidAfter, issuer: authority.issuer.subject, subject: try DistinguishedName { CommonName(identity.accountUID) },
+            signatureAlgorithm: authority.signatureAlgorithm, extensions: extensions, issuerPrivateKey: authority.issuerKey)
+    }
+
+    @Test(arguments: [CAKeyAlgorithm.p256, .p384, .ed25519])
+    func theLeafTemplateWritesWhatTheGenericBuilderWrites(algorithm: CAKeyAlgorithm) async throws {
+        let openssl = try OpenSSL()
+        let now = Date().timeIntervalSince1970.rounded(.down)
+        let test = try TestCA(algorithm: algorithm, clock: .fixed(now))
+        let authority = test.material.authority
+        // Short and long names (a CN and SAN over 127 bytes take long-form DER lengths), and every key type.
+        // A CN of 64 bytes (the most a CN may have) and a SPIFFE ID over 127 bytes (long-form DER lengths).
+        let subjects = ["user-42", String(repeating: "account-", count: 8), "ünïcødé-名前"]
+        let issuers = ["https://idp.example/", "https://" + String(repeating: "idp.", count: 30) + "example/", "https://idp.example/"]
+        for (index, keyType) in ["p256", "p384", "ed25519", "rsa2048"].enumerated() {
+            let csr = try ValidatedCSR(try openssl.csr(keyType, name: "device-\(keyType)"))
+            let token = try Tokens.verified(
+                Tokens.claims(sub: subjects[index % subjects.count], iss: issuers[index % issuers.count], now: now), now: now)
+            let issued = try await test.ca.issue(token: token, csr: csr)
+            let leaf = try issued.certificate
+            let reference = try Self.reference(for: leaf, identity: issued.identity, authority: authority)
+            #expect(leaf.tbsCertificateBytes == reference.tbsCertificateBytes, "\(keyType), CA \(algorithm)")
+            #expect(leaf.signatureAlgorithm == reference.signatureAlgorithm)
+            #expect(authority.issuer.publicKey.isValidSignature(leaf.signature, for: leaf))
+            #expect(leaf.publicKey == csr.publicKey)
+            // What was recorded is what was returned.
+            #expect(try await test.ca.ledger.entry(serial: issued.serial)?.der == issued.derBytes)
+            var serializer = DER.Serializer()
+            try serializer.serialize(leaf)
+            #expect(issued.derBytes == serializer.serializedBytes)
+            #expect(issued.notBefore == leaf.notValidBefore && issued.notAfter == leaf.notValidAfter)
+            if index == 1 { #expect(issued.identity.spiffeID.utf8.count > 127 && issued.identity.accountUID.utf8.count == 64) }
+        }
+    }
+
+    /// The CSR's own SubjectPublicKeyInfo bytes stand in for encoding its key only when they are
+    /// that encoding (EC and Ed25519; RSA keys are encoded again).
+    @Test func theCertifiedKeyIsTheCanonicalEncodingOfTheCSRKey() throws {
+        let openssl = try OpenSSL()
+        func encoded(_ key: Certificate.PublicKey) throws -> [UInt8] {
+            var serializer = DER.Serializer()
+            try serializer.serialize(key)
+            return serializer.serializedBytes
+        }
+        for keyType in ["p256", "p384", "ed25519", "rsa2048"] {
+            let csr = try ValidatedCSR(try openssl.csr(keyType, name: "canonical-\(keyType)"))
+            #expect(csr.subjectPublicKeyInfo == (try encoded(csr.publicKey)), "\(keyType)")
+            let der = try IssuanceTestsSupport.der(ofCSR: try openssl.read("canonical-\(keyType).csr"))
+            let fast = ValidatedCSR.canonicalSubjectPublicKeyInfo(ofRequest: der, kind: csr.keyKind)
+            #expect((fast != nil) == (keyType != "rsa2048"), "\(keyType): the CSR's bytes are used for EC and Ed25519 keys only")
+        }
+        // swift-crypto takes no compressed EC point: refused, and said so (it used to be called a short RSA key).
+        try openssl.must(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "plain.key"])
+        try openssl.must(["ec", "-in", "plain.key", "-conv_form", "compressed", "-out", "compressed.key"])
+        try openssl.must(["req", "-new", "-key", "compressed.key", "-subj", "/CN=x", "-outform", "DER", "-out", "compressed.csr"])
+        let compressed = try openssl.read("compressed.csr")
+        #expect(ValidatedCSR.hasECKey(request: compressed))
+        let refused = #expect(throws: PeerCAError.self) { _ = try ValidatedCSR(compressed) }
+        #expect(refused?.code == .unsupportedKey)
+        #expect(refused?.message.contains("compressed points are not accepted") == true, "\(refused?.message ?? "")")
+        let short = #expect(throws: PeerCAError.self) { _ = try ValidatedCSR(try openssl.csr("rsa1024", name: "short")) }
+        #expect(short?.message.contains("RSA key is shorter than 2048 bits") == true)
+    }
+
+    /// Validity times: UTCTime through 2049, GeneralizedTime from 2050 and before 1950, exactly as
+    /// the Calendar-based encoder the CRLs use writes them (from 1900: Foundation's Gregorian
+    /// calendar turns Julian before 1582, the template's is proleptic, as ISO 8601's).
+    @Test func timesAreEncodedAsRFC5280Says() throws {
+        var dates: [Double] = [
+            0, -1, 951_782_400 /* 2000-02-29 */, -631_152_000 /* 1950-01-01 */, -631_152_001, 2_524_607_999 /* 2049-12-31T23:59:59 */,
+            2_524_608_000, 4_107_542_400 /* 2100-03-01 */, 253_402_300_799 /* 9999-12-31T23:59:59 */,
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 { dates.append(Double(Int64.random(in: -2_208_988_800...7_258_118_400, using: &generator))) }
+        for seconds in dates {
+            let date = Date(timeIntervalSince1970: seconds)
+            var fast: [UInt8] = []
+            try DERWriter.appendTime(date, to: &fast)
+            var reference = DER.Serializer()
+            try ASN1Support.writeTime(date, into: &reference)
+            #expect(fast == reference.serializedBytes, "\(date)")
+        }
+        var out: [UInt8] = []
+        try DERWriter.appendTime(Date(timeIntervalSince1970: -62_135_596_800), to: &out)
+        #expect(out == [0x18, 15] + Array("00010101000000Z".utf8))
+        #expect(throws: LeafTemplate.Unencodable.self) { try DERWriter.appendTime(Date(timeIntervalSince1970: 253_402_300_800), to: &out) }
+        #expect(throws: LeafTemplate.Unencodable.self) { try DERWriter.appendTime(Date(timeIntervalSince1970: -62_167_219_201), to: &out) }
+    }
+
+    @Test func derLengthsTakeTheFewestOctets() {
+        for (length, expected) in [(0, [0x00]), (127, [0x7f]), (128, [0x81, 0x80]), (255, [0x81, 0xff]), (256, [0x82, 0x01, 0x00]), (65_536, [0x83, 0x01, 0x00, 0x00])] {
+            var out: [UInt8] = []
+            DERWriter.appendLength(length, to: &out)
+            #expect(out == expected.map(UInt8.init), "\(length)")
+        }
+    }
+}
+
+enum IssuanceTestsSupport {
+    /// The DER of a CSR file, PEM or DER.
+    static func der(ofCSR bytes: [UInt8]) throws -> [UInt8] {
+        if bytes.first == 0x30 { return bytes }
+        return try #require(try PEM.parse(String(decoding: bytes, as: UTF8.self)).first).der
+    }
+}
