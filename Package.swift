@@ -167,6 +167,7 @@ let package = Package(
                 "TokenKit", "PeerCA", "PeerCAPostgres", "COpenSSL", "CAllocCounter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: server),
                 .product(name: "X509", package: "swift-certificates", condition: server),
+                .product(name: "SwiftASN1", package: "swift-asn1", condition: server),
                 // The issuance rows count the ledger's rows; --ledger-growth fills SQLite and PostgreSQL ledgers.
                 .product(name: "GRDB", package: "GRDB.swift", condition: server),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: server),

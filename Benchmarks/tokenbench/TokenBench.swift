@@ -56,6 +56,9 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: .hidden)
     var issuanceChild: String?
 
+    @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, reply PEM), without the ledger: where the time the limit row does not spend goes.")
+    var issuanceStages = false
+
     @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")
     var ledgerGrowth: String?
 
@@ -65,6 +68,10 @@ struct TokenBench: AsyncParsableCommand {
     func run() async throws {
         if let issuanceChild {
             try await IssuanceBench.runChild(name: issuanceChild, seconds: seconds, reps: reps, window: window)
+            return
+        }
+        if issuanceStages {
+            try await IssuanceStages.run(seconds: seconds, reps: reps)
             return
         }
         if issuance {

@@ -1,0 +1,108 @@
+import Foundation
+import PeerCA
+import Synchronization
+import SwiftASN1
+import TokenKit
+import X509
+
+/// `tokenbench --issuance-stages`: the cost of each step of one issuance, one thread, no ledger
+/// (its cost is shared by a batch and shows in the issuance rows): where the time the limit row
+/// does not spend goes.
+enum IssuanceStages {
+    static func run(seconds: Double, reps: Int) async throws {
+        let workload = try IssuanceWorkload()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-stages-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let ca = PeerCertificateAuthority(
+            authority: workload.material.authority, policy: workload.policy,
+            ledger: try SQLiteLedger(path: directory.appendingPathComponent("ledger.sqlite").path))
+        let n = IssuanceWorkload.count
+        let tokens = workload.tokens
+        let verifier = workload.verifier
+        let pems = workload.csrs
+        let ders = try pems.map { try IssuanceWorkload.der(ofPEM: $0) }
+        let texts = pems.map { String(decoding: $0, as: UTF8.self) }
+        let requests = try ders.map { try CertificateSigningRequest(derEncoded: $0) }
+        let validated = try pems.map { try ValidatedCSR($0) }
+        let verified = try tokens.map { try verifier.verify($0) }
+        let now = Date()
+        let identities = try verified.map { try workload.policy.identity(for: $0, now: now) }
+        let notAfter = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 3600).rounded(.down))
+        let notBefore = Date(timeIntervalSince1970: (now.timeIntervalSince1970 - 300).rounded(.down))
+        let leaves = try (0..<n).map { i in
+            try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], csr: validated[i], notBefore: notBefore, notAfter: notAfter)
+        }
+        let intermediates = ca.authority.intermediates
+        let leafDERs = leaves
+        if ProcessInfo.processInfo.environment["TOKENBENCH_DUMP_LEAF"] != nil { try Data(leaves[0]).write(to: URL(fileURLWithPath: "/tmp/leaf.der")) }
+        let intermediatesPEM = intermediates.map(\.pemString).joined()
+        let stages: [(String, (Int) -> Bool)] = [
+            ("token.verify (HS256 + claims)", { i in (try? verifier.verify(tokens[i])) != nil }),
+            ("identity (policy)", { i in (try? workload.policy.identity(for: verified[i], now: now)) != nil }),
+            ("csr.pem (PEMDocument)", { i in (try? PEMDocument.parseMultiple(pemString: texts[i]))?.count == 1 }),
+            ("csr.pem (TokenKit PEM)", { i in (try? PEM.parse(texts[i]))?.count == 1 }),
+            ("csr.parse (DER)", { i in (try? CertificateSigningRequest(derEncoded: ders[i])) != nil }),
+            ("csr.signature (P-256 verify)", { i in requests[i].publicKey.isValidSignature(requests[i].signature, for: requests[i]) }),
+            ("csr.key-kind", { i in PublicKeyKind(requests[i].publicKey) == .p256 }),
+            ("csr.key-encode (SPKI)", { i in
+                var s = DER.Serializer()
+                return (try? s.serialize(requests[i].publicKey)) != nil && s.serializedBytes.count > 60
+            }),
+            ("csr.validate (all, from PEM)", { i in (try? ValidatedCSR(pems[i])) != nil }),
+            ("serial", { _ in SerialNumbers.random().bytes.count > 0 }),
+            ("leaf.make (DER + sign)", { i in
+                (try? ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], csr: validated[i], notBefore: notBefore, notAfter: notAfter)) != nil
+            }),
+            ("leaf.parse (Certificate(derEncoded:))", { i in (try? Certificate(derEncoded: leafDERs[i])) != nil }),
+            ("reply.chainPEM", { i in (PEM.encode(label: "CERTIFICATE", der: leaves[i]) + intermediatesPEM).utf8.count > 100 }),
+        ]
+        printNow("tokenbench --issuance-stages: one thread, \(n) tokens and P-256 CSRs; µs per call (median pass)")
+        var total = 0.0
+        for (name, body) in stages {
+            for i in 0..<n where !body(i) { throw BenchError("stage \(name) failed for input \(i)") }
+            let m = measure(count: n, seconds: seconds, reps: reps, body)
+            printNow(name.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", m.nanosecondsPerToken / 1000))
+            total += m.nanosecondsPerToken
+        }
+        // The ledger: 64 writers recording the certificates above (fresh serials) through the
+        // group commit, durable; CPU of the whole process per record (writer thread, SQLite,
+        // the kernel's write and flush) and the rate.
+        let base = try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[0], csr: validated[0], notBefore: notBefore, notAfter: notAfter)
+        let der = base
+        let ledger = ca.ledger
+        let window = 64
+        let counter = Counter()
+        let cpu0 = IssuanceBench.cpuSeconds(), wall0 = nowNanoseconds()
+        let deadline = wall0 + UInt64(seconds * Double(reps) * 1e9)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for w in 0..<window {
+                group.addTask {
+                    var i = w
+                    while nowNanoseconds() < deadline {
+                        let identity = identities[i % n]
+                        let entry = LedgerEntry(
+                            serial: SerialNumbers.hex(SerialNumbers.random()), subject: identity.spiffeID, commonName: identity.accountUID,
+                            tokenIssuer: identity.issuer, tokenSubject: identity.providerUID, tokenID: identity.tokenID,
+                            keyFingerprint: validated[i % n].keyFingerprint, notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: der,
+                            provider: identity.provider, sessionStart: now, renewalOf: nil)
+                        try await ledger.record(entry, claiming: nil)
+                        counter.add()
+                        i += window
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let cpu = IssuanceBench.cpuSeconds() - cpu0, wall = Double(nowNanoseconds() - wall0) / 1e9
+        let count = counter.value
+        printNow("ledger.record (SQLite, 64 in flight)".padding(toLength: 40, withPad: " ", startingAt: 0)
+            + String(format: "%9.2f  CPU µs per record (all threads); %.0f records/s", cpu / Double(count) * 1e6, Double(count) / wall))
+    }
+}
+
+private final class Counter: Sendable {
+    private let count = Mutex(0)
+    func add() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}
