@@ -9,7 +9,7 @@ import X509
 /// (its cost is shared by a batch and shows in the issuance rows): where the time the limit row
 /// does not spend goes.
 enum IssuanceStages {
-    static func run(seconds: Double, reps: Int) async throws {
+    static func run(seconds: Double, reps: Int, selected: (String) -> Bool) async throws {
         let workload = try IssuanceWorkload()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-stages-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -35,7 +35,6 @@ enum IssuanceStages {
         }
         let intermediates = ca.authority.intermediates
         let leafDERs = leaves
-        if ProcessInfo.processInfo.environment["TOKENBENCH_DUMP_LEAF"] != nil { try Data(leaves[0]).write(to: URL(fileURLWithPath: "/tmp/leaf.der")) }
         let intermediatesPEM = intermediates.map(\.pemString).joined()
         let stages: [(String, (Int) -> Bool)] = [
             ("token.verify (HS256 + claims)", { i in (try? verifier.verify(tokens[i])) != nil }),
@@ -59,7 +58,7 @@ enum IssuanceStages {
         ]
         printNow("tokenbench --issuance-stages: one thread, \(n) tokens and P-256 CSRs; µs per call (median pass)")
         var total = 0.0
-        for (name, body) in stages {
+        for (name, body) in stages where selected(name) {
             for i in 0..<n where !body(i) { throw BenchError("stage \(name) failed for input \(i)") }
             let m = measure(count: n, seconds: seconds, reps: reps, body)
             printNow(name.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", m.nanosecondsPerToken / 1000))
@@ -68,6 +67,8 @@ enum IssuanceStages {
         // The ledger: 64 writers recording the certificates above (fresh serials) through the
         // group commit, durable; CPU of the whole process per record (writer thread, SQLite,
         // the kernel's write and flush) and the rate.
+        let ledgerName = "ledger.record (SQLite, 64 in flight)"
+        guard selected(ledgerName) else { return }
         let base = try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[0], csr: validated[0], notBefore: notBefore, notAfter: notAfter)
         let der = base
         let ledger = ca.ledger
@@ -96,7 +97,7 @@ enum IssuanceStages {
         }
         let cpu = IssuanceBench.cpuSeconds() - cpu0, wall = Double(nowNanoseconds() - wall0) / 1e9
         let count = counter.value
-        printNow("ledger.record (SQLite, 64 in flight)".padding(toLength: 40, withPad: " ", startingAt: 0)
+        printNow(ledgerName.padding(toLength: 40, withPad: " ", startingAt: 0)
             + String(format: "%9.2f  CPU µs per record (all threads); %.0f records/s", cpu / Double(count) * 1e6, Double(count) / wall))
     }
 }

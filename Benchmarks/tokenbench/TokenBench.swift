@@ -71,7 +71,7 @@ struct TokenBench: AsyncParsableCommand {
             return
         }
         if issuanceStages {
-            try await IssuanceStages.run(seconds: seconds, reps: reps)
+            try await IssuanceStages.run(seconds: seconds, reps: reps, selected: selected)
             return
         }
         if issuance {

@@ -146,10 +146,13 @@ struct GroupCommitTests {
     /// `prepareDatabase`; the ledger must set FULL after that, on a new file and on a reopened one.
     @Test func theSQLiteLedgerFlushesEveryCommit() async throws {
         let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
-        #expect(try SQLiteLedger(path: path).writerSynchronousMode() == 2)
+        #expect(try SQLiteLedger(path: path).writerPragma("synchronous") == 2)
         let reopened = try SQLiteLedger(path: path)
         try await reopened.record(entry("4000"), claiming: nil)
-        #expect(try reopened.writerSynchronousMode() == 2)
+        #expect(try reopened.writerPragma("synchronous") == 2)
+        // Checkpoints every 10,000 WAL pages, and the WAL cut back to 64 MiB after one.
+        #expect(try reopened.writerPragma("wal_autocheckpoint") == 10_000)
+        #expect(try reopened.writerPragma("journal_size_limit") == 67_108_864)
     }
 
     /// The PostgreSQL ledger: while another session holds an exclusive lock on the table, 40

@@ -25,7 +25,16 @@ public final class SQLiteLedger: CertificateLedger {
             // After the pool is open: DatabasePool puts its writer in WAL mode with its own
             // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
             // commit unflushed (a power loss could lose certificates already handed out).
-            try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+            //
+            // Checkpoints every 10,000 WAL pages (≈ 40 MiB) instead of SQLite's 1,000: a checkpoint
+            // runs on the committing connection, in the way of the next batch, and copies every page
+            // changed since the last one; a longer interval copies the hot pages (the tail of the
+            // table and its serial index, the index roots) once for many commits. tokenbench
+            // --issuance-stages --filter ledger: 34–37 → 30 µs CPU per record, 19–21 k → 25–27 k
+            // records/s on one core. The WAL is truncated back to 64 MiB after a checkpoint.
+            try pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864")
+            }
             var migrator = DatabaseMigrator()
             migrator.registerMigration("v1") { db in
                 try db.execute(sql: """
@@ -89,9 +98,11 @@ public final class SQLiteLedger: CertificateLedger {
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
 
-    /// `PRAGMA synchronous` on the connection that writes (2 = FULL: every commit flushed).
-    package func writerSynchronousMode() throws -> Int {
-        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+    /// An integer pragma (`synchronous`: 2 = FULL, every commit flushed; `wal_autocheckpoint`;
+    /// `journal_size_limit`) as the connection that writes has it.
+    package func writerPragma(_ name: String) throws -> Int {
+        guard !name.isEmpty, name.utf8.allSatisfy({ (0x61...0x7a).contains($0) || $0 == 0x5f }) else { return -1 }
+        return try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA \(name)") ?? -1 }
     }
 
     /// Writes a batch of records in one transaction (one WAL flush with `synchronous = FULL`), each
