@@ -44,37 +44,37 @@ public enum TokenHTTPServer {
     static func router(_ service: TokenService, metrics: PrometheusCollectorRegistry?, metricsFactory: any MetricsFactory) -> CountedRouter {
         let router = Router(context: TokenRequestContext.self)
         let maxBody = service.configuration.maxBodyBytes
-        let timeout = Duration.milliseconds(Int64(service.configuration.requestTimeout * 1000))
+        let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
         router.post("/v1/auth") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
-            return try await withTimeout(timeout) { await service.authenticate(body) }.http
+            return await deadlines.run { await service.authenticate(body) }.http
         }
         router.post("/v1/certificates") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
-            return try await withTimeout(timeout) { await service.issueCertificate(body) }.http
+            return await deadlines.run { await service.issueCertificate(body) }.http
         }
         router.post("/v1/certificates/renew") { request, context -> Response in
             let body = try await collect(request, upTo: maxBody)
             let presented = try? await context.channel.nioSSL_peerCertificate().get()?.toDERBytes()
-            return try await withTimeout(timeout) { await service.renewCertificate(body, clientCertificateDER: presented) }.http
+            return await deadlines.run { await service.renewCertificate(body, clientCertificateDER: presented) }.http
         }
         router.post("/v1/logout") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
-            return try await withTimeout(timeout) { await service.logout(body) }.http
+            return await deadlines.run { await service.logout(body) }.http
         }
         router.post("/v1/admin/revoke") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
             let authorization = request.headers[.authorization]
-            return try await withTimeout(timeout) { await service.adminRevoke(body, authorization: authorization) }.http
+            return await deadlines.run { await service.adminRevoke(body, authorization: authorization) }.http
         }
         router.post("/v1/sso/openweb") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
-            return try await withTimeout(timeout) { await service.openWebSSO(body) }.http
+            return await deadlines.run { await service.openWebSSO(body) }.http
         }
         router.post("/v1/token") { request, _ -> Response in
             let body = try await collect(request, upTo: maxBody)
             let contentType = request.headers[.contentType]
-            return try await withTimeout(timeout) { await service.exchange(body, contentType: contentType) }.http
+            return await deadlines.run { await service.exchange(body, contentType: contentType) }.http
         }
         router.get("/.well-known/openid-configuration") { _, _ -> Response in service.discoveryDocument().http }
         router.get("/.well-known/jwks.json") { _, _ -> Response in service.publishedKeys().http }
@@ -113,20 +113,6 @@ public enum TokenHTTPServer {
             return Array(try await request.body.collect(upTo: limit).readableBytesView)
         } catch is NIOTooManyBytesError {
             throw ServiceHTTPError(.error(413, "body_too_large", "the request body exceeds \(limit) bytes"))
-        }
-    }
-
-    static func withTimeout(_ duration: Duration, _ operation: @escaping @Sendable () async -> ServiceResponse) async throws -> ServiceResponse {
-        await withTaskGroup(of: ServiceResponse?.self) { group in
-            group.addTask { await operation() }
-            group.addTask {
-                guard (try? await Task.sleep(for: duration)) != nil else { return nil }
-                return .error(503, "timeout", "the request took longer than \(duration)")
-            }
-            var first: ServiceResponse?
-            while first == nil, let next = await group.next() { first = next }
-            group.cancelAll()
-            return first ?? .error(500, "internal", "no response")
         }
     }
 

@@ -1,0 +1,86 @@
+import Foundation
+import Synchronization
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// The request timeout: one watchdog for all requests instead of a timer each.
+@Suite("Request deadlines")
+struct RequestDeadlinesTests {
+    /// Counts work that saw its cancellation.
+    final class Cancellations: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
+    static func slow(_ cancellations: Cancellations) -> @Sendable () async -> ServiceResponse {
+        {
+            do {
+                try await Task.sleep(for: .seconds(30))
+                return .json(200, .string("late"))
+            } catch {
+                cancellations.count.add(1, ordering: .relaxed)
+                return .json(200, .string("cancelled"))
+            }
+        }
+    }
+
+    @Test func workPastItsDeadlineIsCancelledAndAnswers503() async throws {
+        let deadlines = RequestDeadlines(.milliseconds(200))
+        let cancellations = Cancellations()
+        let start = ContinuousClock.now
+        let reply = await deadlines.run(Self.slow(cancellations))
+        let elapsed = ContinuousClock.now - start
+        #expect(reply.status == 503)
+        #expect(String(decoding: reply.body, as: UTF8.self).contains("\"timeout\""))
+        #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(5), "\(elapsed)")
+        #expect(cancellations.count.load(ordering: .relaxed) == 1)
+        #expect(deadlines.watched == 0)
+    }
+
+    @Test func workWithinItsDeadlineAnswersAndIsForgotten() async throws {
+        let deadlines = RequestDeadlines(.seconds(10))
+        for i in 0..<50 {
+            let reply = await deadlines.run { .json(200, .integer(i)) }
+            #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\(i)")
+        }
+        #expect(deadlines.watched == 0)
+    }
+
+    /// Many at once, quick and slow mixed: each gets its own outcome (2 s: room for a busy test
+    /// machine to schedule the quick ones).
+    @Test func concurrentRequestsEachKeepTheirOwnDeadline() async throws {
+        let deadlines = RequestDeadlines(.seconds(2))
+        let cancellations = Cancellations()
+        let statuses = await withTaskGroup(of: (Int, Int).self) { group in
+            for i in 0..<200 {
+                group.addTask {
+                    let quick: @Sendable () async -> ServiceResponse = { .json(200, .integer(i)) }
+                    let reply = await deadlines.run(i % 2 == 0 ? quick : Self.slow(cancellations))
+                    return (i, reply.status)
+                }
+            }
+            var statuses: [Int: Int] = [:]
+            for await (i, status) in group { statuses[i] = status }
+            return statuses
+        }
+        #expect(statuses.count == 200)
+        #expect(statuses.allSatisfy { $0.value == ($0.key % 2 == 0 ? 200 : 503) })
+        #expect(cancellations.count.load(ordering: .relaxed) == 100)
+        #expect(deadlines.watched == 0)
+    }
+
+    /// A request whose caller goes away (the client disconnected) stops its work.
+    @Test func cancellingTheCallerCancelsTheWork() async throws {
+        let deadlines = RequestDeadlines(.seconds(60))
+        let cancellations = Cancellations()
+        let caller = Task { await deadlines.run(Self.slow(cancellations)) }
+        try await Task.sleep(for: .milliseconds(100))
+        let start = ContinuousClock.now
+        caller.cancel()
+        let reply = await caller.value
+        #expect(ContinuousClock.now - start < .seconds(5))
+        #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\"cancelled\"")
+        #expect(cancellations.count.load(ordering: .relaxed) == 1)
+        #expect(deadlines.watched == 0)
+    }
+}
