@@ -5,6 +5,12 @@ import TokenKit
 @testable import TokenServer
 
 /// The request timeout: one watchdog for all requests instead of a timer each.
+///
+/// The bounds are wide on purpose: the watchdog and the work run on Swift's concurrency pool,
+/// which other tests hold for many seconds at a time on a 2-core machine (TestSupport's `run`
+/// blocks a pool thread while a child process runs): a fresh-clone CI run saw a 200 ms deadline
+/// answered after 25 s. What is asserted is the outcome: work that would take 10 minutes is cut
+/// short and answered 503, quick work is answered itself.
 @Suite("Request deadlines")
 struct RequestDeadlinesTests {
     /// Counts work that saw its cancellation.
@@ -15,7 +21,7 @@ struct RequestDeadlinesTests {
     static func slow(_ cancellations: Cancellations) -> @Sendable () async -> ServiceResponse {
         {
             do {
-                try await Task.sleep(for: .seconds(30))
+                try await Task.sleep(for: .seconds(600))
                 return .json(200, .string("late"))
             } catch {
                 cancellations.count.add(1, ordering: .relaxed)
@@ -32,13 +38,13 @@ struct RequestDeadlinesTests {
         let elapsed = ContinuousClock.now - start
         #expect(reply.status == 503)
         #expect(String(decoding: reply.body, as: UTF8.self).contains("\"timeout\""))
-        #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(5), "\(elapsed)")
+        #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(300), "\(elapsed)")
         #expect(cancellations.count.load(ordering: .relaxed) == 1)
         #expect(deadlines.watched == 0)
     }
 
     @Test func workWithinItsDeadlineAnswersAndIsForgotten() async throws {
-        let deadlines = RequestDeadlines(.seconds(10))
+        let deadlines = RequestDeadlines(.seconds(120))
         for i in 0..<50 {
             let reply = await deadlines.run { .json(200, .integer(i)) }
             #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\(i)")
@@ -46,10 +52,10 @@ struct RequestDeadlinesTests {
         #expect(deadlines.watched == 0)
     }
 
-    /// Many at once, quick and slow mixed: each gets its own outcome (2 s: room for a busy test
-    /// machine to schedule the quick ones).
+    /// Many at once, quick and slow mixed: each gets its own outcome (a 45 s deadline: room for a
+    /// starved pool to run the quick ones in time).
     @Test func concurrentRequestsEachKeepTheirOwnDeadline() async throws {
-        let deadlines = RequestDeadlines(.seconds(2))
+        let deadlines = RequestDeadlines(.seconds(45))
         let cancellations = Cancellations()
         let statuses = await withTaskGroup(of: (Int, Int).self) { group in
             for i in 0..<200 {
@@ -71,14 +77,14 @@ struct RequestDeadlinesTests {
 
     /// A request whose caller goes away (the client disconnected) stops its work.
     @Test func cancellingTheCallerCancelsTheWork() async throws {
-        let deadlines = RequestDeadlines(.seconds(60))
+        let deadlines = RequestDeadlines(.seconds(900))
         let cancellations = Cancellations()
         let caller = Task { await deadlines.run(Self.slow(cancellations)) }
         try await Task.sleep(for: .milliseconds(100))
         let start = ContinuousClock.now
         caller.cancel()
         let reply = await caller.value
-        #expect(ContinuousClock.now - start < .seconds(5))
+        #expect(ContinuousClock.now - start < .seconds(300))
         #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\"cancelled\"")
         #expect(cancellations.count.load(ordering: .relaxed) == 1)
         #expect(deadlines.watched == 0)
