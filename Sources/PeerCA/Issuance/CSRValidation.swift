@@ -104,12 +104,19 @@ public struct ValidatedCSR: Sendable {
         keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
     }
 
+    /// The SubjectPublicKeyInfo element (header included) of a DER CSR: CertificationRequest is
+    /// `SEQUENCE { CertificationRequestInfo SEQUENCE { version INTEGER, subject Name, spki, … }, … }`.
+    static func subjectPublicKeyInfo(inRequest der: [UInt8]) -> ArraySlice<UInt8>? {
+        var reader = DERReader(der)
+        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), reader.skip(tag: 0x02), reader.skip(tag: 0x30) else { return nil }
+        return reader.element(tag: 0x30)
+    }
+
     /// Whether the CSR's SubjectPublicKeyInfo names id-ecPublicKey.
     static func hasECKey(request der: [UInt8]) -> Bool {
-        var reader = DERReader(der)
-        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), reader.skip(tag: 0x02), reader.skip(tag: 0x30), reader.enter(tag: 0x30),
-            reader.enter(tag: 0x30), let oid = reader.element(tag: 0x06)
-        else { return false }
+        guard let spki = subjectPublicKeyInfo(inRequest: der) else { return false }
+        var reader = DERReader(Array(spki))
+        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), let oid = reader.element(tag: 0x06) else { return false }
         return oid.elementsEqual([0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01])
     }
 
@@ -130,20 +137,16 @@ public struct ValidatedCSR: Sendable {
         case .p521, .rsa:
             return nil
         }
-        // CertificationRequest: SEQUENCE { CertificationRequestInfo SEQUENCE { version INTEGER, subject Name, spki, … }, … }
-        var reader = DERReader(der)
-        guard reader.enter(tag: 0x30), reader.enter(tag: 0x30), reader.skip(tag: 0x02), reader.skip(tag: 0x30),
-            let spki = reader.element(tag: 0x30), spki.count == Int(prefix[1]) + 2, spki.starts(with: prefix)
-        else { return nil }
+        guard let spki = subjectPublicKeyInfo(inRequest: der), spki.count == Int(prefix[1]) + 2, spki.starts(with: prefix) else { return nil }
         return Array(spki)
     }
 
-    /// The subjectPublicKey BIT STRING's bytes inside a DER SubjectPublicKeyInfo.
+    /// The subjectPublicKey BIT STRING's bytes inside a DER SubjectPublicKeyInfo (`SEQUENCE {
+    /// algorithm SEQUENCE, subjectPublicKey BIT STRING }`; a key is whole octets: no unused bits).
     static func keyBits(ofSubjectPublicKeyInfo spki: [UInt8]) -> ArraySlice<UInt8>? {
-        guard let root = try? DER.parse(spki), case .constructed(let fields) = root.content else { return nil }
-        var iterator = fields.makeIterator()
-        guard iterator.next() != nil, let bits = iterator.next(), let bitString = try? ASN1BitString(derEncoded: bits) else { return nil }
-        return bitString.bytes
+        var reader = DERReader(spki)
+        guard reader.enter(tag: 0x30), reader.skip(tag: 0x30), let content = reader.contents(tag: 0x03), content.first == 0 else { return nil }
+        return content.dropFirst()
     }
 }
 
@@ -189,6 +192,13 @@ struct DERReader {
         guard let (_, contentEnd) = header(tag: tag) else { return false }
         position = contentEnd
         return true
+    }
+
+    /// The contents (header excluded) of the element with `tag` at the position; moves past it.
+    mutating func contents(tag: UInt8) -> ArraySlice<UInt8>? {
+        guard let (start, contentEnd) = header(tag: tag) else { return nil }
+        position = contentEnd
+        return bytes[start..<contentEnd]
     }
 
     /// The whole encoding (header included) of the element with `tag` at the position; moves past it.
