@@ -17,16 +17,12 @@ enum ASN1Support {
             fractionalSeconds: 0)
     }
 
-    /// RFC 5280 Time: UTCTime for 1950–2049, GeneralizedTime otherwise.
+    /// RFC 5280 Time: UTCTime for 1950–2049, GeneralizedTime otherwise (the leaves' writer,
+    /// ``DERWriter/appendTime(_:to:)``).
     static func writeTime(_ date: Date, into serializer: inout DER.Serializer) throws {
-        let c = components(date)
-        let year = c.year ?? 1970
-        if (1950..<2050).contains(year) {
-            try serializer.serialize(
-                UTCTime(year: year, month: c.month ?? 1, day: c.day ?? 1, hours: c.hour ?? 0, minutes: c.minute ?? 0, seconds: c.second ?? 0))
-        } else {
-            try serializer.serialize(generalizedTime(date))
-        }
+        var bytes: [UInt8] = []
+        try DERWriter.appendTime(date, to: &bytes)
+        serializer.serializeRawBytes(bytes)
     }
 
     /// Reads an RFC 5280 Time (UTCTime or GeneralizedTime).
