@@ -42,19 +42,39 @@ enum ASN1Support {
     }
 
     /// `SEQUENCE { tbs, signatureAlgorithm, signature BIT STRING [, [0] certificates] }` signed by
-    /// the CA's issuing key: the outer form of CRLs and BasicOCSPResponses.
+    /// the CA's issuing key: the outer form of certificates, CRLs and BasicOCSPResponses.
     static func signed(_ tbs: [UInt8], by authority: CertificateAuthority, certificates: [Certificate] = []) throws -> [UInt8] {
         let signature = try authority.sign(tbs)
-        var out = DER.Serializer()
-        try out.appendConstructedNode(identifier: .sequence) { s in
-            s.serializeRawBytes(tbs)
-            try writeAlgorithm(authority.signatureAlgorithm, into: &s)
-            try s.serialize(ASN1BitString(bytes: signature[...]))
-            if !certificates.isEmpty {
-                try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in try s.serializeSequenceOf(certificates) }
-            }
+        var body: [UInt8] = []
+        body.reserveCapacity(tbs.count + signature.count + 32)
+        body += tbs
+        body += try algorithmIdentifier(authority.signatureAlgorithm)
+        body.append(0x03)  // BIT STRING, no unused bits
+        DERWriter.appendLength(signature.count + 1, to: &body)
+        body.append(0)
+        body += signature
+        if !certificates.isEmpty {
+            var s = DER.Serializer()
+            try s.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific) { s in try s.serializeSequenceOf(certificates) }
+            body += s.serializedBytes
         }
-        return out.serializedBytes
+        return DERWriter.wrap(tag: 0x30, body)
+    }
+
+    /// Each signature algorithm's AlgorithmIdentifier, encoded once.
+    private static let algorithmIdentifiers: [Certificate.SignatureAlgorithm: [UInt8]] = oids.reduce(into: [:]) { encoded, entry in
+        var serializer = DER.Serializer()
+        guard (try? serializer.appendConstructedNode(identifier: .sequence) { s in
+            try s.serialize(entry.value)
+            if entry.key.isRSA { try s.serialize(ASN1Null()) }
+        }) != nil else { return }
+        encoded[entry.key] = serializer.serializedBytes
+    }
+
+    /// The AlgorithmIdentifier of `algorithm`, DER.
+    static func algorithmIdentifier(_ algorithm: Certificate.SignatureAlgorithm) throws(PeerCAError) -> [UInt8] {
+        guard let encoded = algorithmIdentifiers[algorithm] else { throw PeerCAError(.invalidCAMaterial, "unsupported signature algorithm \(algorithm)") }
+        return encoded
     }
 
     static let oids: [Certificate.SignatureAlgorithm: ASN1ObjectIdentifier] = [
@@ -65,11 +85,7 @@ enum ASN1Support {
     ]
 
     static func writeAlgorithm(_ algorithm: Certificate.SignatureAlgorithm, into serializer: inout DER.Serializer) throws {
-        guard let oid = oids[algorithm] else { throw PeerCAError(.invalidCAMaterial, "unsupported signature algorithm \(algorithm)") }
-        try serializer.appendConstructedNode(identifier: .sequence) { s in
-            try s.serialize(oid)
-            if algorithm.isRSA { try s.serialize(ASN1Null()) }
-        }
+        serializer.serializeRawBytes(try algorithmIdentifier(algorithm))
     }
 
     static func readAlgorithm(_ node: ASN1Node) throws -> Certificate.SignatureAlgorithm {
@@ -88,5 +104,73 @@ enum ASN1Support {
 extension Certificate.SignatureAlgorithm {
     var isRSA: Bool {
         self == .sha256WithRSAEncryption || self == .sha384WithRSAEncryption || self == .sha512WithRSAEncryption
+    }
+}
+
+/// Minimal DER writing: definite lengths in the fewest octets, single-octet tags.
+enum DERWriter {
+    static func appendLength(_ length: Int, to out: inout [UInt8]) {
+        if length < 0x80 {
+            out.append(UInt8(length))
+            return
+        }
+        let octets = (Int.bitWidth - length.leadingZeroBitCount + 7) / 8
+        out.append(0x80 | UInt8(octets))
+        for i in stride(from: octets - 1, through: 0, by: -1) { out.append(UInt8(truncatingIfNeeded: length >> (8 * i))) }
+    }
+
+    static func append<C: Collection>(tag: UInt8, content: C, to out: inout [UInt8]) where C.Element == UInt8 {
+        out.append(tag)
+        appendLength(content.count, to: &out)
+        out.append(contentsOf: content)
+    }
+
+    static func wrap(tag: UInt8, _ content: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(content.count + 6)
+        append(tag: tag, content: content, to: &out)
+        return out
+    }
+
+    /// RFC 5280 §4.1.2.5 Time, whole seconds in UTC: UTCTime (`YYMMDDHHMMSSZ`) for 1950–2049,
+    /// GeneralizedTime (`YYYYMMDDHHMMSSZ`) otherwise; years outside 0–9999 cannot be written.
+    static func appendTime(_ date: Date, to out: inout [UInt8]) throws(LeafTemplate.Unencodable) {
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        // 0000-01-01 and 9999-12-31T23:59:59 relative to 1970.
+        guard seconds >= -62_167_219_200, seconds <= 253_402_300_799 else {
+            throw LeafTemplate.Unencodable(description: "the date \(date) has no RFC 5280 encoding")
+        }
+        let total = Int(seconds)
+        let days = total >= 0 ? total / 86_400 : (total - 86_399) / 86_400
+        let secondOfDay = total - days * 86_400
+        let (year, month, day) = civil(daysSince1970: days)
+        let utc = (1950..<2050).contains(year)
+        out.append(utc ? 0x17 : 0x18)
+        out.append(utc ? 13 : 15)
+        func two(_ value: Int) {
+            out.append(0x30 + UInt8(value / 10))
+            out.append(0x30 + UInt8(value % 10))
+        }
+        if !utc { two(year / 100) }
+        two(year % 100)
+        two(month)
+        two(day)
+        two(secondOfDay / 3600)
+        two(secondOfDay / 60 % 60)
+        two(secondOfDay % 60)
+        out.append(0x5a)  // Z
+    }
+
+    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's civil_from_days).
+    static func civil(daysSince1970 days: Int) -> (year: Int, month: Int, day: Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }

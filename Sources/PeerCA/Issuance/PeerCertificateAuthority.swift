@@ -223,7 +223,7 @@ public final class PeerCertificateAuthority: Sendable {
             let tbs = try template.tbsCertificate(
                 serial: Array(serial.bytes), notBefore: notBefore, notAfter: notAfter, commonName: identity.accountUID,
                 subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: identity.spiffeID)
-            return template.certificate(tbsCertificate: tbs, signature: try authority.sign(tbs))
+            return try ASN1Support.signed(tbs, by: authority)
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate (\(error))")
         }
