@@ -8,9 +8,10 @@ import X509
 /// their cost — no intermediate objects, the key's SubjectPublicKeyInfo copied from the CSR
 /// instead of encoded again (for an EC key, a field inversion), and no parse of the result.
 ///
-/// The parts that do not change between leaves — the signature algorithm, the issuer's name, the
-/// constant extensions (basic constraints, key usage, extended key usage) and the authority key
-/// identifier — are encoded once, by swift-certificates, when the CA starts.
+/// The parts that do not change between leaves — the issuer's name, the constant extensions
+/// (basic constraints, key usage, extended key usage) and the authority key identifier — are
+/// encoded once, by swift-certificates, when the CA starts; the signature algorithm's identifier
+/// and the signed outer SEQUENCE come from `ASN1Support`, as for CRLs and OCSP responses.
 struct LeafTemplate: Sendable {
     /// `AlgorithmIdentifier` of the issuing key's signature algorithm.
     let signatureAlgorithm: [UInt8]
