@@ -192,11 +192,12 @@ public final class PeerCertificateAuthority: Sendable {
         _ identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date, now: Date, use: TokenUse?,
         sessionStart: Date, renewalOf: String?
     ) async throws(PeerCAError) -> IssuedCertificate {
+        let spiffeID = identity.spiffeID
         for _ in 0..<4 {
             let serial = SerialNumbers.random()
-            let der = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter)
+            let der = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter, spiffeID: spiffeID)
             let entry = LedgerEntry(
-                serial: SerialNumbers.hex(serial), subject: identity.spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
+                serial: SerialNumbers.hex(serial), subject: spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
                 tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.keyFingerprint,
                 notBefore: notBefore, notAfter: notAfter, issuedAt: now, der: der, provider: identity.provider,
                 sessionStart: sessionStart, renewalOf: renewalOf)
@@ -212,9 +213,10 @@ public final class PeerCertificateAuthority: Sendable {
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }
 
-    /// The DER of a leaf for `identity` and the CSR's key, signed by the issuing key.
+    /// The DER of a leaf for `identity` and the CSR's key, signed by the issuing key. `spiffeID` is
+    /// the identity's, when the caller has it already.
     package func makeLeaf(
-        serial: Certificate.SerialNumber, identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date
+        serial: Certificate.SerialNumber, identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date, spiffeID: String? = nil
     ) throws(PeerCAError) -> [UInt8] {
         guard let template else {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate: the issuing certificate's extensions do not parse")
@@ -222,7 +224,7 @@ public final class PeerCertificateAuthority: Sendable {
         do {
             let tbs = try template.tbsCertificate(
                 serial: Array(serial.bytes), notBefore: notBefore, notAfter: notAfter, commonName: identity.accountUID,
-                subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: identity.spiffeID)
+                subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: spiffeID ?? identity.spiffeID)
             return try ASN1Support.signed(tbs, by: authority)
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate (\(error))")

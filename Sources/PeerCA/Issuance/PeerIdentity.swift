@@ -36,7 +36,7 @@ public struct PeerIdentity: Sendable, Hashable, Codable {
     /// characters (a segment that needs others is written `_x` + hex of its UTF-8, so distinct
     /// issuers or subjects never share an ID).
     public var spiffeID: String {
-        "spiffe://\(trustDomain)/\(SPIFFE.segment(SPIFFE.issuerName(issuer)))/\(SPIFFE.segment(providerUID))"
+        SPIFFE.id(trustDomain: trustDomain, issuer: issuer, subject: providerUID)
     }
 
     /// The most recent sign-in among the factors.

@@ -21,10 +21,26 @@ public enum SPIFFE {
 
     /// An issuer as a name: `https://` and a trailing `/` dropped (`https://idp.example/` → `idp.example`).
     static func issuerName(_ issuer: String) -> String {
-        var name = Substring(issuer)
-        if name.hasPrefix("https://") { name = name.dropFirst(8) }
-        while name.hasSuffix("/") { name = name.dropLast() }
-        return String(name)
+        // On the UTF-8 bytes: Substring's hasPrefix/dropLast compare Characters (grapheme
+        // breaking), a microsecond per issuance for two ASCII checks.
+        var name = Substring(issuer).utf8
+        if name.starts(with: "https://".utf8) { name = name.dropFirst(8) }
+        while name.last == 0x2f { name = name.dropLast() }
+        return String(Substring(name))
+    }
+
+    /// `spiffe://<trust domain>/<segment(issuer name)>/<segment(subject)>`.
+    static func id(trustDomain: String, issuer: String, subject: String) -> String {
+        let issuerSegment = segment(issuerName(issuer))
+        let subjectSegment = segment(subject)
+        var id = "spiffe://"
+        id.reserveCapacity(11 + trustDomain.utf8.count + issuerSegment.utf8.count + subjectSegment.utf8.count)
+        id += trustDomain
+        id += "/"
+        id += issuerSegment
+        id += "/"
+        id += subjectSegment
+        return id
     }
 
     /// The parts of a SPIFFE ID: trust domain and path (without the leading `/`).
