@@ -77,6 +77,11 @@ let package = Package(
             pkgConfig: "libjwt",
             providers: [.apt(["libjwt-dev"])]
         ),
+        // SQLite's default VFS with the write-ahead log's writes gathered (SQLiteLedger).
+        .target(
+            name: "CSQLiteWAL",
+            linkerSettings: [.linkedLibrary("sqlite3")]
+        ),
         .target(
             name: "TokenKit",
             dependencies: ["COpenSSL", "CLibJWT"],
@@ -98,12 +103,13 @@ let package = Package(
         .target(
             name: "PeerCA",
             dependencies: [
-                "TokenKit",
+                "TokenKit", "CSQLiteWAL",
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
                 .product(name: "Crypto", package: "swift-crypto", condition: peerCA),
                 .product(name: "_CryptoExtras", package: "swift-crypto", condition: peerCA),
                 .product(name: "GRDB", package: "GRDB.swift", condition: peerCA),
+                .product(name: "GRDBSQLite", package: "GRDB.swift", condition: peerCA),
                 .product(name: "NIOCore", package: "swift-nio", condition: peerCA),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerCA),
                 .product(name: "Logging", package: "swift-log", condition: peerCA),

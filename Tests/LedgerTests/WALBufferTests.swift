@@ -1,0 +1,92 @@
+import Foundation
+import GRDB
+import PeerCA
+import TestSupport
+import Testing
+
+/// The "tokentool-walbuffer" VFS (CSQLiteWAL) the SQLite ledger opens its file through: each
+/// commit's WAL frames reach the file in a few large writes, and never later than SQLite needs them
+/// there (a sync, a read, a barrier before a commit is published to other connections).
+@Suite("SQLite WAL buffer")
+struct WALBufferTests {
+    /// Entries with a DER of `size` bytes (the ledger stores what it is given).
+    private func bigEntry(_ serial: String, size: Int) -> LedgerEntry {
+        let base = entry(serial, subject: "spiffe://app/idp/\(serial)", commonName: "user-\(serial)")
+        return LedgerEntry(
+            serial: base.serial, subject: base.subject, commonName: base.commonName, tokenIssuer: base.tokenIssuer,
+            tokenSubject: base.tokenSubject, tokenID: base.tokenID, keyFingerprint: base.keyFingerprint, notBefore: base.notBefore,
+            notAfter: base.notAfter, issuedAt: base.issuedAt, der: (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ serial.count) })
+    }
+
+    /// The ledger's WAL goes through the buffer, in far fewer writes than frames (SQLite alone
+    /// makes two per frame), and a connection of SQLite's own VFS then reads every row back intact.
+    @Test func theLedgerWritesItsWALInFewCallsAndPlainConnectionsReadIt() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        #expect(SQLiteLedger.connectionPath(path).hasSuffix("?vfs=tokentool-walbuffer"))
+        let ledger = try SQLiteLedger(path: path)
+        let before = SQLiteLedger.walBufferCounters
+        let entries = (0..<64).map { bigEntry(String(format: "5%03x", $0), size: 3000) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for entry in entries { group.addTask { try await ledger.record(entry, claiming: nil) } }
+            try await group.waitForAll()
+        }
+        let after = SQLiteLedger.walBufferCounters
+        let bytes = after.bytes - before.bytes
+        let writes = after.writes - before.writes
+        // At least the 64 DERs went through the buffer (other tests' ledgers may add theirs)…
+        #expect(bytes >= 64 * 3000)
+        // …in writes averaging at least two 4,120-byte frames each.
+        #expect(writes >= 1)
+        #expect(writes * 2 * 4120 <= bytes)
+
+        let plain = try DatabaseQueue(path: path)
+        let (integrity, ders) = try await plain.read { db in
+            (try String.fetchOne(db, sql: "PRAGMA integrity_check"),
+             try entries.map { try Data.fetchOne(db, sql: "SELECT der FROM certificates WHERE serial = ?", arguments: [$0.serial]) })
+        }
+        #expect(integrity == "ok")
+        #expect(ders.map { $0.map(Array.init) } == entries.map(\.der))
+    }
+
+    /// Without a sync at commit (`synchronous = NORMAL`, GRDB's default for a pool's writer), the
+    /// frames must still be in the file before the commit is published: the buffer is written at the
+    /// barrier SQLite calls between the two copies of the wal-index header. A plain connection
+    /// reads each commit as soon as it is made.
+    @Test func commitsWithoutASyncArePublishedOnlyWithTheirFrames() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("normal.sqlite").path
+        let buffered = try DatabasePool(path: SQLiteLedger.connectionPath(path))
+        let synchronous = try await buffered.write { db in
+            try db.execute(sql: "CREATE TABLE rows (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+            return try Int.fetchOne(db, sql: "PRAGMA synchronous")
+        }
+        #expect(synchronous == 1)
+        let plain = try DatabaseQueue(path: path)
+        let before = SQLiteLedger.walBufferCounters
+        for round in 1...40 {
+            let payload = Data((0..<(2000 + round * 97)).map { UInt8(truncatingIfNeeded: $0 &+ round) })
+            try await buffered.write { db in
+                for _ in 0..<5 { try db.execute(sql: "INSERT INTO rows (payload) VALUES (?)", arguments: [payload]) }
+            }
+            let (count, last) = try await plain.read { db in
+                (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM rows") ?? -1,
+                 try Data.fetchOne(db, sql: "SELECT payload FROM rows ORDER BY id DESC LIMIT 1"))
+            }
+            #expect(count == round * 5)
+            #expect(last == payload)
+        }
+        #expect(SQLiteLedger.walBufferCounters.bytes - before.bytes >= 40 * 5 * 2000)
+        #expect(try await plain.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") } == "ok")
+    }
+
+    /// A path with the characters a `file:` URI gives meaning to (`?`, `#`, `%`) still names the file.
+    @Test func aPathWithURICharactersOpensTheFileItNames() async throws {
+        let directory = try temporaryDirectory().appendingPathComponent("a?b#c%20d")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let path = directory.appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        try await ledger.record(entry("6001"), claiming: nil)
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(try await SQLiteLedger(path: path).entry(serial: "6001")?.serial == "6001")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).allSatisfy { $0.hasPrefix("ledger.sqlite") })
+    }
+}
