@@ -78,6 +78,32 @@ struct WALBufferTests {
         #expect(try await plain.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") } == "ok")
     }
 
+    /// Checkpoints run beside the writer: after 2,048 certificates a second connection copies the
+    /// committed frames into the database file, long before the writer's own checkpoint (at 10,000
+    /// frames, which these ≈ 2,500 small rows do not reach) would have.
+    @Test func committedFramesReachTheDatabaseFileWithoutTheWritersCheckpoint() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        func fileSize() throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1 }
+        let initial = try fileSize()
+        for round in 0..<40 {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<64 {
+                    let serial = String(format: "7%02x%03x", round, i)
+                    group.addTask { try await ledger.record(entry(serial, subject: "spiffe://app/idp/u\(i)", commonName: "u\(i)"), claiming: nil) }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ledger.checkpointStatistics.checkpoints == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(ledger.checkpointStatistics.checkpoints >= 1)
+        #expect(ledger.checkpointStatistics.failures == 0)
+        #expect(ledger.checkpointStatistics.lastCopiedFrames > 0)
+        #expect(try fileSize() > initial + 64 * 1024)
+        #expect(try await ledger.recent(limit: 3000).count == 40 * 64)
+    }
+
     /// A path with the characters a `file:` URI gives meaning to (`?`, `#`, `%`) still names the file.
     @Test func aPathWithURICharactersOpensTheFileItNames() async throws {
         let directory = try temporaryDirectory().appendingPathComponent("a?b#c%20d")

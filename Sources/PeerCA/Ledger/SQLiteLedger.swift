@@ -2,6 +2,7 @@ import CSQLiteWAL
 public import Foundation
 import GRDB
 import GRDBSQLite
+import Synchronization
 
 /// The issuance ledger in one SQLite file (WAL, `synchronous = FULL`: a recorded certificate
 /// survives a crash or power loss).
@@ -17,6 +18,8 @@ public final class SQLiteLedger: CertificateLedger {
     private let pool: DatabasePool
     /// Concurrent ``record(_:claiming:)`` calls share transactions (group commit).
     private let commits: GroupCommit<LedgerRecord>
+    /// Copies committed WAL frames into the database file on a connection of its own.
+    private let checkpoints: BackgroundCheckpoints
 
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date.
     public init(path: String) throws(PeerCAError) {
@@ -89,8 +92,17 @@ public final class SQLiteLedger: CertificateLedger {
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
-        let pool = self.pool
-        commits = GroupCommit { batch in await SQLiteLedger.write(batch, to: pool) }
+        do {
+            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: SQLiteLedger.connectionPath(path), configuration: configuration))
+        } catch {
+            throw PeerCAError(.ledger, "cannot open the ledger at \(path) for checkpoints: \(SQLiteLedger.describe(error))")
+        }
+        let pool = self.pool, checkpoints = self.checkpoints
+        commits = GroupCommit { batch in
+            let results = await SQLiteLedger.write(batch, to: pool)
+            checkpoints.recorded(batch.count)
+            return results
+        }
     }
 
     /// What the connections open: with SQLite's `file:` URIs (Debian's SQLite reads them), the
@@ -126,6 +138,9 @@ public final class SQLiteLedger: CertificateLedger {
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
         try await commits.submit(LedgerRecord(entry: entry, use: use))
     }
+
+    /// Checkpoints the background connection has run, and the WAL frames they found copied.
+    package var checkpointStatistics: BackgroundCheckpoints.Statistics { checkpoints.statistics }
 
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
@@ -326,6 +341,70 @@ public final class SQLiteLedger: CertificateLedger {
     static func describe(_ error: any Error) -> String {
         if let error = error as? DatabaseError { return "SQLite \(error.resultCode): \(error.message ?? "")" }
         return "\(error)"
+    }
+}
+
+/// Checkpoints off the commit path: after every 256 recorded certificates (≈ 500 WAL frames), a
+/// second connection copies the committed frames into the database file (`PASSIVE`: it never
+/// waits for, nor blocks, the writer), on GRDB's queue for that connection. The writer's own
+/// automatic checkpoint (every 10,000 frames) is left on: it finds most frames copied already, so
+/// it is short, and it is what lets the next transaction restart the WAL from its beginning (a
+/// passive checkpoint running beside constant writes never catches up with the last frame).
+/// Before, each checkpoint ran inside the commit that crossed the threshold, copying ≈ 10,000
+/// pages while that batch's callers (and every request queued behind it) waited.
+package final class BackgroundCheckpoints: Sendable {
+    package struct Statistics: Sendable, Equatable {
+        /// Checkpoints run, and the frames the last one left copied (SQLite's count).
+        package var checkpoints = 0
+        package var lastCopiedFrames = 0
+        package var failures = 0
+    }
+
+    private struct State: Sendable {
+        var pending = 0
+        var running = false
+        var statistics = Statistics()
+    }
+
+    private let connection: DatabaseQueue
+    private let state = Mutex(State())
+    private let every: Int
+
+    init(connection: DatabaseQueue, every: Int = 2048) {
+        self.connection = connection
+        self.every = every
+    }
+
+    package var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Counts `count` more recorded certificates; starts a checkpoint when enough are pending and
+    /// none is running.
+    func recorded(_ count: Int) {
+        let start = state.withLock { state -> Bool in
+            state.pending += count
+            guard state.pending >= every, !state.running else { return false }
+            state.pending = 0
+            state.running = true
+            return true
+        }
+        guard start else { return }
+        Task.detached { [self] in
+            let copied: Int?
+            do {
+                copied = try await connection.writeWithoutTransaction { db in try db.checkpoint(.passive).checkpointedFrameCount }
+            } catch {
+                copied = nil  // busy or failing: the writer's own checkpoint still runs at 10,000 frames
+            }
+            state.withLock { state in
+                state.running = false
+                if let copied {
+                    state.statistics.checkpoints += 1
+                    state.statistics.lastCopiedFrames = copied
+                } else {
+                    state.statistics.failures += 1
+                }
+            }
+        }
     }
 }
 
