@@ -14,7 +14,7 @@ public struct ServiceResponse: Sendable {
     public let body: [UInt8]
 
     static func json(_ status: Int, _ value: JSONValue) -> ServiceResponse {
-        ServiceResponse(status: status, contentType: "application/json", body: Array(value.compactText.utf8))
+        ServiceResponse(status: status, contentType: "application/json", body: value.compactBytes)
     }
 
     static func error(_ status: Int, _ code: String, _ message: String) -> ServiceResponse {

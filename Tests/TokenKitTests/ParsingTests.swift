@@ -195,6 +195,11 @@ struct ParsingTests {
         #expect(JSONValue.string("\u{00}\u{01}\u{1F}").compactText == #""\u0000\u0001\u001f""#)
         #expect(JSONValue.string("\u{7F}é😀\n").compactText == "\"\u{7F}é😀\\n\"")
         #expect(JSONValue.string("\"\"").compactText == #""\"\"""#)
+        // The bytes an HTTP body gets are the text's, and the indented form is exactly this.
+        let nested = JSONValue.object(["a": .array([.integer(1), .string("x\ny")]), "b": .object([:]), "c": .array([])])
+        #expect(nested.compactBytes == Array(nested.compactText.utf8))
+        #expect(nested.compactText == #"{"a":[1,"x\ny"],"b":{},"c":[]}"#)
+        #expect(nested.prettyText == "{\n  \"a\": [\n    1,\n    \"x\\ny\"\n  ],\n  \"b\": {},\n  \"c\": []\n}")
         // Every character from U+0000 to U+00FF, and a PEM-like text, survive a round trip.
         let all = String(decoding: (0...255).map { UInt8($0) }.flatMap { Array(String(UnicodeScalar($0)).utf8) }, as: UTF8.self)
         let pem = "-----BEGIN CERTIFICATE-----\n" + String(repeating: "MIIB+/==", count: 40) + "\n-----END CERTIFICATE-----\n"
