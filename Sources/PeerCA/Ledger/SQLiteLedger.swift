@@ -8,8 +8,13 @@ import Synchronization
 /// survives a crash or power loss).
 ///
 /// Concurrent ``record(_:claiming:)`` calls are written together (group commit): one transaction
-/// and one flush for all the certificates that arrived while the previous flush ran, each in its
-/// own savepoint, and none of them answered before the flush.
+/// and one flush for all the certificates that arrived while the previous flush ran, none of them
+/// answered before the flush; a duplicate serial or token use fails only its own certificate.
+///
+/// Where SQLite reads `file:` URIs (Debian's does), the file is opened through the
+/// "tokentool-walbuffer" VFS, which writes each commit's WAL frames in one call before the
+/// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
+/// WAL into the file every 2,048 certificates, off the commit path.
 ///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
