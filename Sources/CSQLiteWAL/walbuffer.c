@@ -40,6 +40,8 @@ struct WBFile {
     int count;              // bytes gathered
     int capacity;
     sqlite3_int64 offset;   // file offset of buffer[0]
+    long long bytes;        // written through the buffer, and the calls that wrote them
+    long long writes;
     WBFile *next;           // open WAL files (registry_mutex)
     WBFile *previous;
 };
@@ -64,6 +66,8 @@ static int flush_locked(WBFile *file) {
         if (rc == SQLITE_OK) {
             __atomic_add_fetch(&written_bytes, chunk, __ATOMIC_RELAXED);
             __atomic_add_fetch(&written_calls, 1, __ATOMIC_RELAXED);
+            file->bytes += chunk;
+            file->writes += 1;
         }
         done += chunk;
     }
@@ -93,6 +97,23 @@ int tokentool_walbuffer_flush_all(void) {
 void tokentool_walbuffer_counters(long long *bytes, long long *writes) {
     if (bytes) *bytes = __atomic_load_n(&written_bytes, __ATOMIC_RELAXED);
     if (writes) *writes = __atomic_load_n(&written_calls, __ATOMIC_RELAXED);
+}
+
+static const sqlite3_io_methods walbuffer_methods;
+
+int tokentool_walbuffer_connection_counters(void *connection, long long *bytes, long long *writes) {
+    sqlite3_file *wal = NULL;
+    // In WAL mode the journal pointer is the WAL file (SQLITE_FCNTL_JOURNAL_POINTER).
+    if (sqlite3_file_control((sqlite3 *)connection, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal) != SQLITE_OK || wal == NULL
+        || wal->pMethods != &walbuffer_methods)
+        return SQLITE_NOTFOUND;
+    WBFile *file = (WBFile *)wal;
+    if (!file->isWAL) return SQLITE_NOTFOUND;
+    pthread_mutex_lock(&file->mutex);
+    if (bytes) *bytes = file->bytes;
+    if (writes) *writes = file->writes;
+    pthread_mutex_unlock(&file->mutex);
+    return SQLITE_OK;
 }
 
 // MARK: io methods

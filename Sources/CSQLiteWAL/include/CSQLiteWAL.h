@@ -24,4 +24,8 @@ int tokentool_walbuffer_flush_all(void);
 /// process started (for tests and benchmarks).
 void tokentool_walbuffer_counters(long long *bytes, long long *writes);
 
+/// The same two counts for one connection's WAL file (`connection` is an `sqlite3 *`): 0 and the
+/// counts when its main database's WAL is open through this VFS, SQLITE_NOTFOUND otherwise.
+int tokentool_walbuffer_connection_counters(void *connection, long long *bytes, long long *writes);
+
 #endif

@@ -132,6 +132,19 @@ public final class SQLiteLedger: CertificateLedger {
         return "file:\(escaped)?vfs=\(String(cString: vfs))"
     }
 
+    /// Bytes and write calls the WAL buffer has made for this ledger's writing connection (nil
+    /// when the file is not open through the buffer).
+    package func writerWALBufferCounters() throws -> (bytes: Int64, writes: Int64)? {
+        try pool.writeWithoutTransaction { db in
+            var bytes: Int64 = 0
+            var writes: Int64 = 0
+            guard let connection = db.sqliteConnection,
+                tokentool_walbuffer_connection_counters(UnsafeMutableRawPointer(connection), &bytes, &writes) == 0
+            else { return nil }
+            return (bytes, writes)
+        }
+    }
+
     /// Bytes and `pwrite` calls the WAL buffer has written in this process.
     package static var walBufferCounters: (bytes: Int64, writes: Int64) {
         var bytes: Int64 = 0
