@@ -136,8 +136,8 @@ enum JSONWriter {
         case 0x08: out.append(0x62)  // b
         case 0x0c: out.append(0x66)  // f
         default:
-            let hex: [UInt8] = Array("0123456789abcdef".utf8)
-            out += [0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]]  // u00XX
+            out += [0x75, 0x30, 0x30]  // u00, then the byte's two hex digits
+            Hex.append(byte, to: &out)
         }
     }
 }

@@ -2,6 +2,7 @@ import Crypto
 import _CryptoExtras
 import SwiftASN1
 import Foundation
+import TokenKit
 public import X509
 
 /// The key types a CA can be created with.
