@@ -31,7 +31,7 @@ enum IssuanceStages {
         let notAfter = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 3600).rounded(.down))
         let notBefore = Date(timeIntervalSince1970: (now.timeIntervalSince1970 - 300).rounded(.down))
         let leaves = try (0..<n).map { i in
-            try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], csr: validated[i], notBefore: notBefore, notAfter: notAfter)
+            try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], spiffeID: identities[i].spiffeID, csr: validated[i], notBefore: notBefore, notAfter: notAfter)
         }
         let intermediates = ca.authority.intermediates
         let leafDERs = leaves
@@ -51,7 +51,7 @@ enum IssuanceStages {
             ("csr.validate (all, from PEM)", { i in (try? ValidatedCSR(pems[i])) != nil }),
             ("serial", { _ in SerialNumbers.random().bytes.count > 0 }),
             ("leaf.make (DER + sign)", { i in
-                (try? ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], csr: validated[i], notBefore: notBefore, notAfter: notAfter)) != nil
+                (try? ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], spiffeID: identities[i].spiffeID, csr: validated[i], notBefore: notBefore, notAfter: notAfter)) != nil
             }),
             ("leaf.parse (Certificate(derEncoded:))", { i in (try? Certificate(derEncoded: leafDERs[i])) != nil }),
             ("reply.chainPEM", { i in (PEM.encode(label: "CERTIFICATE", der: leaves[i]) + intermediatesPEM).utf8.count > 100 }),
@@ -69,7 +69,7 @@ enum IssuanceStages {
         // the kernel's write and flush) and the rate.
         let ledgerName = "ledger.record (SQLite, 64 in flight)"
         guard selected(ledgerName) else { return }
-        let base = try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[0], csr: validated[0], notBefore: notBefore, notAfter: notAfter)
+        let base = try ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[0], spiffeID: identities[0].spiffeID, csr: validated[0], notBefore: notBefore, notAfter: notAfter)
         let der = base
         let ledger = ca.ledger
         let window = 64

@@ -83,7 +83,8 @@ static int flush(WBFile *file) {
     return rc;
 }
 
-int tokentool_walbuffer_flush_all(void) {
+// Writes the gathered bytes of every open WAL file (what a barrier does first); the first error.
+static int flush_all(void) {
     int rc = SQLITE_OK;
     pthread_mutex_lock(&registry_mutex);
     for (WBFile *file = open_wal_files; file; file = file->next) {
@@ -246,7 +247,7 @@ static int wb_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
 static void wb_shm_barrier(sqlite3_file *f) {
     WBFile *file = (WBFile *)f;
     // A write error here cannot be returned; the same bytes' sync (or the next read) reports it.
-    (void)tokentool_walbuffer_flush_all();
+    (void)flush_all();
     if (file->real->pMethods->iVersion >= 2) file->real->pMethods->xShmBarrier(file->real);
 }
 

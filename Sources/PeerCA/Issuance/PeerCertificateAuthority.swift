@@ -195,7 +195,7 @@ public final class PeerCertificateAuthority: Sendable {
         let spiffeID = identity.spiffeID
         for _ in 0..<4 {
             let serial = SerialNumbers.random()
-            let der = try makeLeaf(serial: serial, identity: identity, csr: csr, notBefore: notBefore, notAfter: notAfter, spiffeID: spiffeID)
+            let der = try makeLeaf(serial: serial, identity: identity, spiffeID: spiffeID, csr: csr, notBefore: notBefore, notAfter: notAfter)
             let entry = LedgerEntry(
                 serial: SerialNumbers.hex(serial), subject: spiffeID, commonName: identity.accountUID, tokenIssuer: identity.issuer,
                 tokenSubject: identity.providerUID, tokenID: identity.tokenID, keyFingerprint: csr.keyFingerprint,
@@ -213,10 +213,11 @@ public final class PeerCertificateAuthority: Sendable {
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }
 
-    /// The DER of a leaf for `identity` and the CSR's key, signed by the issuing key. `spiffeID` is
-    /// the identity's, when the caller has it already.
+    /// The DER of a leaf for `identity` (its CN; `spiffeID`, the identity's SPIFFE ID, which the
+    /// caller has computed for the ledger row too, is the SAN URI) and the CSR's key, signed by the
+    /// issuing key.
     package func makeLeaf(
-        serial: Certificate.SerialNumber, identity: PeerIdentity, csr: ValidatedCSR, notBefore: Date, notAfter: Date, spiffeID: String? = nil
+        serial: Certificate.SerialNumber, identity: PeerIdentity, spiffeID: String, csr: ValidatedCSR, notBefore: Date, notAfter: Date
     ) throws(PeerCAError) -> [UInt8] {
         guard let template else {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate: the issuing certificate's extensions do not parse")
@@ -224,7 +225,7 @@ public final class PeerCertificateAuthority: Sendable {
         do {
             let tbs = try template.tbsCertificate(
                 serial: Array(serial.bytes), notBefore: notBefore, notAfter: notAfter, commonName: identity.accountUID,
-                subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: spiffeID ?? identity.spiffeID)
+                subjectPublicKeyInfo: csr.subjectPublicKeyInfo, keyIdentifier: csr.keyIdentifier, uri: spiffeID)
             return try ASN1Support.signed(tbs, by: authority)
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate (\(error))")

@@ -30,8 +30,9 @@ public final class SQLiteLedger: CertificateLedger {
     public init(path: String) throws(PeerCAError) {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
+        let location = SQLiteLedger.connectionPath(path)
         do {
-            pool = try DatabasePool(path: SQLiteLedger.connectionPath(path), configuration: configuration)
+            pool = try DatabasePool(path: location, configuration: configuration)
             // After the pool is open: DatabasePool puts its writer in WAL mode with its own
             // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
             // commit unflushed (a power loss could lose certificates already handed out).
@@ -98,7 +99,7 @@ public final class SQLiteLedger: CertificateLedger {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
         do {
-            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: SQLiteLedger.connectionPath(path), configuration: configuration))
+            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: location, configuration: configuration))
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path) for checkpoints: \(SQLiteLedger.describe(error))")
         }
@@ -362,7 +363,7 @@ public final class SQLiteLedger: CertificateLedger {
     }
 }
 
-/// Checkpoints off the commit path: after every 256 recorded certificates (≈ 500 WAL frames), a
+/// Checkpoints off the commit path: after every 2,048 recorded certificates (≈ 4,000 WAL frames), a
 /// second connection copies the committed frames into the database file (`PASSIVE`: it never
 /// waits for, nor blocks, the writer), on GRDB's queue for that connection. The writer's own
 /// automatic checkpoint (every 10,000 frames) is left on: it finds most frames copied already, so
