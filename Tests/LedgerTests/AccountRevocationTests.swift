@@ -158,6 +158,11 @@ struct LedgerUpgradeTests {
         #expect(first.status == .revoked(at: Date(timeIntervalSince1970: 1_795_449_732), reason: .superseded))
         #expect(first.commonName == "user-v1")
         #expect(try await ledger.endedSessions(since: .distantPast).isEmpty)
+        // v4: the SPIFFE IDs the file held, found through the new table.
+        let bySPIFFEID = try await ledger.entries(subject: first.subject)
+        #expect(!bySPIFFEID.isEmpty)
+        #expect(bySPIFFEID.allSatisfy { $0.subject == first.subject || $0.commonName == first.subject })
+        #expect(Set(bySPIFFEID.map(\.serial)) == Set(entries.filter { $0.subject == first.subject }.map(\.serial)))
 
         // The new operations work on the migrated file.
         let at = first.notBefore.addingTimeInterval(60)

@@ -211,3 +211,41 @@ struct LedgerLocationTests {
         #expect(error?.message.contains("s3cret") == false)
     }
 }
+
+/// `entries(subject:)` takes a SPIFFE ID or an account and matches either column, whichever
+/// accounts share a SPIFFE ID or SPIFFE IDs an account (the SQLite ledger finds SPIFFE IDs through
+/// its table of (SPIFFE ID, account) pairs rather than an index of every certificate).
+@Suite("Ledger lookups by SPIFFE ID or account")
+struct LedgerSubjectLookupTests {
+    @Test(arguments: Backend.allCases)
+    func aLookupMatchesTheSPIFFEIDOrTheAccountAcrossAccounts(_ backend: Backend) async throws {
+        try await backend.withLedgers(2) { ledgers in
+            let ledger = ledgers[0]
+            let shared = "spiffe://app/idp/shared"
+            try await ledger.record(entry("1a01", subject: shared, commonName: "acct-a", issuedAt: 1_800_000_001), claiming: nil)
+            try await ledger.record(entry("1a02", subject: "spiffe://app/other/a", commonName: "acct-a", issuedAt: 1_800_000_002), claiming: nil)
+            try await ledger.record(entry("1a03", subject: shared, commonName: "acct-b", issuedAt: 1_800_000_003), claiming: nil)
+            // A SPIFFE ID that is literally another row's account name.
+            try await ledger.record(entry("1a04", subject: "acct-a", commonName: "acct-c", issuedAt: 1_800_000_004), claiming: nil)
+            // A second certificate for a pair already known.
+            try await ledger.record(entry("1a05", subject: shared, commonName: "acct-a", issuedAt: 1_800_000_005), claiming: nil)
+            for handle in ledgers {
+                #expect(try await handle.entries(subject: shared).map(\.serial) == ["1a05", "1a03", "1a01"])
+                #expect(try await handle.entries(subject: "spiffe://app/other/a").map(\.serial) == ["1a02"])
+                #expect(try await handle.entries(subject: "acct-a").map(\.serial) == ["1a05", "1a04", "1a02", "1a01"])
+                #expect(try await handle.entries(subject: "acct-b").map(\.serial) == ["1a03"])
+                #expect(try await handle.entries(subject: "acct-c").map(\.serial) == ["1a04"])
+                #expect(try await handle.entries(subject: "spiffe://app/idp/nobody").isEmpty)
+            }
+            // A certificate refused for its reused token leaves nothing to find under its names.
+            let use = TokenUse(issuer: "https://idp.example", tokenID: "lookup-once")
+            try await ledger.record(entry("1a06", subject: shared, commonName: "acct-d", issuedAt: 1_800_000_006), claiming: use)
+            _ = await #expect(throws: PeerCAError.self) {
+                try await ledger.record(entry("1a07", subject: "spiffe://app/idp/refused", commonName: "acct-e", issuedAt: 1_800_000_007), claiming: use)
+            }
+            #expect(try await ledger.entries(subject: "spiffe://app/idp/refused").isEmpty)
+            #expect(try await ledger.entries(subject: "acct-e").isEmpty)
+            #expect(try await ledger.entries(subject: shared).map(\.serial) == ["1a06", "1a05", "1a03", "1a01"])
+        }
+    }
+}

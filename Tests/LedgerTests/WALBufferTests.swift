@@ -118,3 +118,30 @@ struct WALBufferTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).allSatisfy { $0.hasPrefix("ledger.sqlite") })
     }
 }
+
+/// The SQLite ledger's indexes as the issuance path and the lookups use them.
+@Suite("SQLite ledger schema")
+struct SQLiteLedgerSchemaTests {
+    /// A lookup by SPIFFE ID or account reads indexes only (no scan of the certificates); a
+    /// certificate for a known (SPIFFE ID, account) pair adds no row to `certificate_subjects`, and
+    /// there is no index of every certificate's SPIFFE ID (the cost it had per certificate is what
+    /// the table avoids).
+    @Test func lookupsUseIndexesAndKnownPairsAddNoRow() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        for i in 0..<6 {
+            try await ledger.record(entry(String(format: "2b%02x", i), subject: "spiffe://app/idp/u\(i % 2)", commonName: "u\(i % 2)", issuedAt: 1_800_000_000 + Double(i)), claiming: nil)
+        }
+        let queue = try DatabaseQueue(path: path)
+        try await queue.read { db in
+            let plan = try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + SQLiteLedger.bySubjectOrAccount, arguments: ["u0"])
+                .map { $0["detail"] as String? ?? "" }
+            #expect(!plan.isEmpty)
+            #expect(!plan.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(plan)")
+            #expect(plan.contains { $0.contains("certificates_common_name") }, "plan: \(plan)")
+            #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM certificate_subjects") == 2)
+            #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'certificates' AND sql LIKE '%(subject)%'") == 0)
+        }
+        #expect(try await ledger.entries(subject: "spiffe://app/idp/u1").map(\.serial) == ["2b05", "2b03", "2b01"])
+    }
+}
