@@ -16,6 +16,11 @@ import Synchronization
 /// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
 /// WAL into the file every 2,048 certificates, off the commit path.
 ///
+/// Indexed: the serial (primary key) and the account (CN). A SPIFFE ID is found through
+/// `certificate_subjects`, one row per (SPIFFE ID, account) pair ever recorded, rather than an
+/// index entry per certificate: each index entry written dirties a random page of its index,
+/// which the WAL then carries whole.
+///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
 /// ```
