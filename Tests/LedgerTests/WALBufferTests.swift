@@ -145,3 +145,30 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.entries(subject: "spiffe://app/idp/u1").map(\.serial) == ["2b05", "2b03", "2b01"])
     }
 }
+
+extension SQLiteLedgerSchemaTests {
+    /// CRLs (`revoked(notExpiredAt:)`) read the partial index of revoked certificates: no scan or
+    /// sort of the table, which at 10 M rows is gigabytes. A new certificate adds no entry to it.
+    @Test func revokedCertificatesAreReadFromTheirIndex() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        for i in 0..<8 {
+            try await ledger.record(entry(String(format: "3c%02x", i), issuedAt: 1_800_000_000 + Double(i)), claiming: nil)
+        }
+        _ = try await ledger.revoke(serial: "3c02", reason: .keyCompromise, at: Date(timeIntervalSince1970: 1_800_000_100))
+        _ = try await ledger.revoke(serial: "3c05", reason: .superseded, at: Date(timeIntervalSince1970: 1_800_000_050))
+        let queue = try DatabaseQueue(path: path)
+        try await queue.read { db in
+            func plan(_ clause: String, _ argument: any DatabaseValueConvertible) throws -> [String] {
+                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + clause, arguments: [argument]).map { $0["detail"] as String? ?? "" }
+            }
+            let revoked = try plan(SQLiteLedger.revokedNotExpired, 1_800_000_000.0)
+            #expect(revoked.contains { $0.contains("certificates_revoked") }, "plan: \(revoked)")
+            #expect(!revoked.contains { $0 == "SCAN certificates" || $0.contains("TEMP B-TREE") }, "plan: \(revoked)")
+            // Only the two revoked certificates are in the partial index.
+            #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM certificates INDEXED BY certificates_revoked WHERE revoked_at IS NOT NULL") == 2)
+        }
+        #expect(try await ledger.revoked(notExpiredAt: Date(timeIntervalSince1970: 1_800_000_000)).map(\.serial) == ["3c05", "3c02"])
+        #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])
+    }
+}
