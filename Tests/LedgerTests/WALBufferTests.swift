@@ -143,6 +143,17 @@ struct SQLiteLedgerSchemaTests {
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'certificates' AND sql LIKE '%(subject)%'") == 0)
         }
         #expect(try await ledger.entries(subject: "spiffe://app/idp/u1").map(\.serial) == ["2b05", "2b03", "2b01"])
+
+        // A row written by other code (an older tokentool on the same file, a repair by hand)
+        // is found by its SPIFFE ID too: the pair comes from the table's trigger.
+        try await queue.write { db in
+            try db.execute(sql: """
+                INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                    not_before, not_after, issued_at, der) VALUES ('2bff', 'spiffe://app/idp/by-hand', 'hand', 'i', 'hand', NULL, 'ab', 1, 2, 1800000100, x'30')
+                """)
+        }
+        #expect(try await ledger.entries(subject: "spiffe://app/idp/by-hand").map(\.serial) == ["2bff"])
+        #expect(try await ledger.entries(subject: "hand").map(\.serial) == ["2bff"])
     }
 }
 
@@ -165,8 +176,8 @@ extension SQLiteLedgerSchemaTests {
             let revoked = try plan(SQLiteLedger.revokedNotExpired, 1_800_000_000.0)
             #expect(revoked.contains { $0.contains("certificates_revoked") }, "plan: \(revoked)")
             #expect(!revoked.contains { $0 == "SCAN certificates" || $0.contains("TEMP B-TREE") }, "plan: \(revoked)")
-            // Only the two revoked certificates are in the partial index.
-            #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM certificates INDEXED BY certificates_revoked WHERE revoked_at IS NOT NULL") == 2)
+            // A partial index: only revoked certificates have an entry.
+            #expect(try Int.fetchOne(db, sql: "SELECT partial FROM pragma_index_list('certificates') WHERE name = 'certificates_revoked'") == 1)
         }
         #expect(try await ledger.revoked(notExpiredAt: Date(timeIntervalSince1970: 1_800_000_000)).map(\.serial) == ["3c05", "3c02"])
         #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])

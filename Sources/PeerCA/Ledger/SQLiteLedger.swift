@@ -104,7 +104,9 @@ public final class SQLiteLedger: CertificateLedger {
             // commit, then again by the checkpoint: ≈ 7 µs of the ledger's ≈ 20 per record); the
             // table gets a row only for a (SPIFFE ID, account) pair it has not seen, so a device
             // of a known account adds a read, not a write. Lookups by SPIFFE ID go through it to
-            // the common-name index (``entries(subject:)``).
+            // the common-name index (``entries(subject:)``). A trigger keeps it: every row that
+            // enters `certificates` — from this code, an older tokentool on the same file, or a
+            // repair by hand — has its pair (the trigger's insert is not counted in `changes()`).
             migrator.registerMigration("v4") { db in
                 try db.execute(sql: """
                     CREATE TABLE certificate_subjects (
@@ -114,6 +116,14 @@ public final class SQLiteLedger: CertificateLedger {
                     ) WITHOUT ROWID;
                     INSERT INTO certificate_subjects (subject, common_name)
                         SELECT DISTINCT subject, common_name FROM certificates;
+                    CREATE TRIGGER certificate_subjects_pair AFTER INSERT ON certificates BEGIN
+                        INSERT INTO certificate_subjects (subject, common_name) VALUES (NEW.subject, NEW.common_name)
+                            ON CONFLICT DO NOTHING;
+                    END;
+                    CREATE TRIGGER certificate_subjects_pair_update AFTER UPDATE OF subject, common_name ON certificates BEGIN
+                        INSERT INTO certificate_subjects (subject, common_name) VALUES (NEW.subject, NEW.common_name)
+                            ON CONFLICT DO NOTHING;
+                    END;
                     DROP INDEX IF EXISTS certificates_subject;
                     """)
             }
@@ -267,11 +277,7 @@ public final class SQLiteLedger: CertificateLedger {
                 return .failure(record.duplicate(tokenUse: true))
             }
         }
-        // The account's SPIFFE ID, once: for a pair already there, a lookup that changes nothing.
-        var name = RowBinder(try db.cachedStatement(sql: "INSERT INTO certificate_subjects (subject, common_name) VALUES (?, ?) ON CONFLICT DO NOTHING").sqliteStatement)
-        name.text(entry.subject)
-        name.text(entry.commonName)
-        try name.run(in: db)
+        // (The trigger certificate_subjects_pair has recorded the account's SPIFFE ID, once.)
         return .success(())
     }
 
