@@ -78,8 +78,18 @@ public final class PostgresLedger: CertificateLedger, Service {
             not_after DOUBLE PRECISION NOT NULL, issued_at DOUBLE PRECISION NOT NULL, der BYTEA NOT NULL,
             revoked_at DOUBLE PRECISION, revocation_reason INTEGER)
         """,
-        "CREATE INDEX IF NOT EXISTS certificates_subject ON certificates(subject)",
-        "CREATE INDEX IF NOT EXISTS certificates_common_name ON certificates(common_name)",
+        // Each index looked up first: CREATE INDEX takes its lock on the table (holding every
+        // instance's writes) before it checks the name, even with IF NOT EXISTS.
+        """
+        DO $$ BEGIN
+            IF to_regclass('certificates_subject') IS NULL
+            THEN CREATE INDEX IF NOT EXISTS certificates_subject ON certificates(subject);
+            END IF;
+            IF to_regclass('certificates_common_name') IS NULL
+            THEN CREATE INDEX IF NOT EXISTS certificates_common_name ON certificates(common_name);
+            END IF;
+        END $$
+        """,
         """
         CREATE TABLE IF NOT EXISTS token_uses (
             issuer TEXT NOT NULL, token_id TEXT NOT NULL, serial TEXT NOT NULL REFERENCES certificates(serial),
@@ -108,8 +118,8 @@ public final class PostgresLedger: CertificateLedger, Service {
             account TEXT PRIMARY KEY, ended_at DOUBLE PRECISION NOT NULL, reason INTEGER NOT NULL)
         """,
         // CRLs without reading every row: the revoked certificates only (a partial index: a new
-        // certificate, not revoked, adds no entry to it). Looked up first, like the columns above:
-        // CREATE INDEX takes its lock on the table before it checks the name. (The first start
+        // certificate, not revoked, adds no entry to it). Looked up first, like the indexes above.
+        // (The first start
         // after the upgrade builds it, holding the table's writes for that long: seconds at 10 M rows.)
         """
         DO $$ BEGIN

@@ -204,6 +204,14 @@ struct LedgerUpgradeTests {
                     #expect(try await second.endedSessions(since: at) == ["old-user": at])
                 }
             }
+            // The indexes the file had stay, and the migration added the partial CRL index (each
+            // statement builds an index only when `to_regclass` finds it missing).
+            let indexes = try await runDetached(
+                psql, ["-d", url, "-At", "-c", "SELECT indexname || ' ' || indexdef FROM pg_indexes WHERE tablename = 'certificates' ORDER BY 1"])
+            #expect(indexes.status == 0, "\(indexes.err)")
+            let names = indexes.out.split(separator: "\n").map { $0.split(separator: " ").first.map(String.init) ?? "" }
+            #expect(names == ["certificates_common_name", "certificates_pkey", "certificates_revoked", "certificates_subject"], "\(indexes.out)")
+            #expect(indexes.out.contains("WHERE (revoked_at IS NOT NULL)"), "\(indexes.out)")
         }
     }
 
