@@ -159,15 +159,6 @@ struct SQLiteFiller: LedgerFiller {
                         FROM (SELECT (i * 2654435761) % ? AS a, ? - (i * 7919) % 31536000 AS t FROM seq)
                         """,
                     arguments: [first, last, shape.subjectPrefix, shape.issuer, shape.derBytes, LedgerGrowth.accounts, now])
-                // The ledger's (SPIFFE ID, account) pairs for those rows, as recording them adds.
-                try db.execute(
-                    sql: """
-                        WITH RECURSIVE seq(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM seq WHERE i < ?)
-                        INSERT INTO certificate_subjects (subject, common_name)
-                        SELECT DISTINCT ? || 'device-' || a, 'device-' || a FROM (SELECT (i * 2654435761) % ? AS a FROM seq) WHERE true
-                        ON CONFLICT DO NOTHING
-                        """,
-                    arguments: [first, last, shape.subjectPrefix, LedgerGrowth.accounts])
             }
             done += m
             if done % 1_000_000 == 0 || done == n {

@@ -78,18 +78,8 @@ public final class PostgresLedger: CertificateLedger, Service {
             not_after DOUBLE PRECISION NOT NULL, issued_at DOUBLE PRECISION NOT NULL, der BYTEA NOT NULL,
             revoked_at DOUBLE PRECISION, revocation_reason INTEGER)
         """,
-        // Each index looked up first: CREATE INDEX takes its lock on the table (holding every
-        // instance's writes) before it checks the name, even with IF NOT EXISTS.
-        """
-        DO $$ BEGIN
-            IF to_regclass('certificates_subject') IS NULL
-            THEN CREATE INDEX IF NOT EXISTS certificates_subject ON certificates(subject);
-            END IF;
-            IF to_regclass('certificates_common_name') IS NULL
-            THEN CREATE INDEX IF NOT EXISTS certificates_common_name ON certificates(common_name);
-            END IF;
-        END $$
-        """,
+        index("certificates_subject", on: "certificates(subject)"),
+        index("certificates_common_name", on: "certificates(common_name)"),
         """
         CREATE TABLE IF NOT EXISTS token_uses (
             issuer TEXT NOT NULL, token_id TEXT NOT NULL, serial TEXT NOT NULL REFERENCES certificates(serial),
@@ -118,17 +108,21 @@ public final class PostgresLedger: CertificateLedger, Service {
             account TEXT PRIMARY KEY, ended_at DOUBLE PRECISION NOT NULL, reason INTEGER NOT NULL)
         """,
         // CRLs without reading every row: the revoked certificates only (a partial index: a new
-        // certificate, not revoked, adds no entry to it). Looked up first, like the indexes above.
-        // (The first start
-        // after the upgrade builds it, holding the table's writes for that long: seconds at 10 M rows.)
+        // certificate, not revoked, adds no entry to it). The first start after the upgrade builds
+        // it, holding the table's writes for that long: seconds at 10 M rows.
+        index("certificates_revoked", on: "certificates(revoked_at) WHERE revoked_at IS NOT NULL"),
+    ]
+
+    /// Creates the index `name` when it does not exist. Looked up first: CREATE INDEX takes its
+    /// lock on the table (holding every instance's writes) before it checks the name, even with
+    /// IF NOT EXISTS — which stays, for two instances starting at once.
+    static func index(_ name: String, on definition: String) -> String {
         """
         DO $$ BEGIN
-            IF to_regclass('certificates_revoked') IS NULL
-            THEN CREATE INDEX IF NOT EXISTS certificates_revoked ON certificates(revoked_at) WHERE revoked_at IS NOT NULL;
-            END IF;
+            IF to_regclass('\(name)') IS NULL THEN CREATE INDEX IF NOT EXISTS \(name) ON \(definition); END IF;
         END $$
-        """,
-    ]
+        """
+    }
 
     /// The `certificates` columns ``entries(_:)`` decodes, in its order.
     static let columns = """

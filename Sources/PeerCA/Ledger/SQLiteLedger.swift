@@ -16,10 +16,11 @@ import Synchronization
 /// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
 /// WAL into the file every 2,048 certificates, off the commit path.
 ///
-/// Indexed: the serial (primary key) and the account (CN). A SPIFFE ID is found through
-/// `certificate_subjects`, one row per (SPIFFE ID, account) pair ever recorded, rather than an
-/// index entry per certificate: each index entry written dirties a random page of its index,
-/// which the WAL then carries whole.
+/// Indexed: the serial (primary key), the account (CN), and the revoked certificates (a partial
+/// index, for CRLs). A SPIFFE ID is found through `certificate_subjects`, one row per (SPIFFE ID,
+/// account) pair ever recorded (a trigger on `certificates` adds it), rather than an index entry
+/// per certificate: each index entry written dirties a random page of its index, which the WAL
+/// then carries whole.
 ///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
@@ -117,10 +118,6 @@ public final class SQLiteLedger: CertificateLedger {
                     INSERT INTO certificate_subjects (subject, common_name)
                         SELECT DISTINCT subject, common_name FROM certificates;
                     CREATE TRIGGER certificate_subjects_pair AFTER INSERT ON certificates BEGIN
-                        INSERT INTO certificate_subjects (subject, common_name) VALUES (NEW.subject, NEW.common_name)
-                            ON CONFLICT DO NOTHING;
-                    END;
-                    CREATE TRIGGER certificate_subjects_pair_update AFTER UPDATE OF subject, common_name ON certificates BEGIN
                         INSERT INTO certificate_subjects (subject, common_name) VALUES (NEW.subject, NEW.common_name)
                             ON CONFLICT DO NOTHING;
                     END;
