@@ -82,14 +82,14 @@ enum JSONWriter {
         case .object(let members):
             if members.isEmpty { out += "{}".utf8; return }
             out.append(0x7b)
-            for (i, key) in members.keys.sorted().enumerated() {
+            // The members sorted as pairs: no hash lookup per key afterwards.
+            for (i, member) in members.sorted(by: { $0.key < $1.key }).enumerated() {
                 if i > 0 { out.append(0x2c) }
                 newline(&out, indent, level + 1)
-                writeString(key, into: &out)
+                writeString(member.key, into: &out)
                 out.append(0x3a)
                 if indent != nil { out.append(0x20) }
-                // Force-unwrap free: the key came from the dictionary itself.
-                if let member = members[key] { write(member, into: &out, indent: indent, level: level + 1) }
+                write(member.value, into: &out, indent: indent, level: level + 1)
             }
             newline(&out, indent, level)
             out.append(0x7d)
@@ -314,9 +314,18 @@ struct JSONParser {
             if c < 0x20 { throw error("unescaped control character in string") }
             position += 1
         }
-        // Slow path with escapes.
+        // Slow path with escapes: runs between them are copied whole (a PEM in JSON has an
+        // escaped newline every 65 bytes).
         var bytes = [UInt8](UnsafeRawBufferPointer(rebasing: input[start..<position]))
         while position < input.count {
+            let runStart = position
+            while position < input.count {
+                let c = input[position]
+                if c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") || c < 0x20 { break }
+                position += 1
+            }
+            if runStart < position { bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[runStart..<position])) }
+            guard position < input.count else { break }
             let c = input[position]
             if c == UInt8(ascii: "\"") {
                 position += 1
@@ -326,11 +335,6 @@ struct JSONParser {
                 return s
             }
             if c < 0x20 { throw error("unescaped control character in string") }
-            if c != UInt8(ascii: "\\") {
-                bytes.append(c)
-                position += 1
-                continue
-            }
             position += 1
             guard position < input.count else { break }
             let e = input[position]

