@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 @testable import PeerCA
 import SwiftASN1
@@ -186,6 +187,12 @@ struct IssuanceTests {
         let all = (0...255).map { UInt8($0) }
         #expect(Hex.encode(all) == all.map { String(format: "%02x", $0) }.joined())
         #expect(Hex.encode([UInt8]()) == "")
+        // Not contiguous (a lazily mapped range), raw bytes, and a digest's bytes (the fingerprint's path).
+        #expect(Hex.encode((0...255).lazy.map { UInt8($0) }) == Hex.encode(all))
+        #expect(all.withUnsafeBytes { Hex.encode($0) } == Hex.encode(all))
+        #expect(Hex.encode(all[250...]) == "fafbfcfdfeff")
+        let spki = Array("not really a key".utf8)
+        #expect(Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: spki) == SHA256.hash(data: spki).map { String(format: "%02x", $0) }.joined())
         #expect(SPIFFE.segment("a b") == "_x612062")
     }
 }

@@ -74,5 +74,5 @@ extension Certificate.PublicKey {
     }
 
     /// The fingerprint of a DER SubjectPublicKeyInfo already encoded.
-    static func sha256Fingerprint(ofSubjectPublicKeyInfo spki: [UInt8]) -> String { Hex.encode(SHA256.hash(data: spki)) }
+    static func sha256Fingerprint(ofSubjectPublicKeyInfo spki: [UInt8]) -> String { SHA256.hash(data: spki).withUnsafeBytes { Hex.encode($0) } }
 }
