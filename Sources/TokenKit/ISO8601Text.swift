@@ -40,8 +40,9 @@ package enum ISO8601Text {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).
-    static func civil(daysSinceEpoch days: Int) -> (year: Int, month: Int, day: Int) {
+    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`); also
+    /// PeerCA's certificate times (UTCTime, GeneralizedTime).
+    package static func civil(daysSinceEpoch days: Int) -> (year: Int, month: Int, day: Int) {
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let dayOfEra = z - era * 146_097

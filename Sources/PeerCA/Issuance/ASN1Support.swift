@@ -1,5 +1,6 @@
 import Foundation
 import SwiftASN1
+import TokenKit
 import X509
 
 /// DER pieces swift-certificates keeps internal: times from `Date`, AlgorithmIdentifier.
@@ -143,7 +144,7 @@ enum DERWriter {
         let total = Int(seconds)
         let days = total >= 0 ? total / 86_400 : (total - 86_399) / 86_400
         let secondOfDay = total - days * 86_400
-        let (year, month, day) = civil(daysSince1970: days)
+        let (year, month, day) = ISO8601Text.civil(daysSinceEpoch: days)
         let utc = (1950..<2050).contains(year)
         out.append(utc ? 0x17 : 0x18)
         out.append(utc ? 13 : 15)
@@ -159,18 +160,5 @@ enum DERWriter {
         two(secondOfDay / 60 % 60)
         two(secondOfDay % 60)
         out.append(0x5a)  // Z
-    }
-
-    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's civil_from_days).
-    static func civil(daysSince1970 days: Int) -> (year: Int, month: Int, day: Int) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }
