@@ -13,10 +13,7 @@ package enum ISO8601Text {
         guard interval >= -11_676_096_000, interval < 253_402_300_800 else {
             return Date.ISO8601FormatStyle().format(date)
         }
-        let seconds = Int(interval.rounded(.down))
-        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let secondOfDay = seconds - days * 86_400
-        let (year, month, day) = civil(daysSinceEpoch: days)
+        let time = fields(secondsSince1970: Int(interval.rounded(.down)))
         var bytes = [UInt8](repeating: 0, count: 20)
         func put(_ value: Int, at offset: Int, digits: Int) {
             var rest = value
@@ -25,24 +22,33 @@ package enum ISO8601Text {
                 rest /= 10
             }
         }
-        put(year, at: 0, digits: 4)
+        put(time.year, at: 0, digits: 4)
         bytes[4] = 0x2d
-        put(month, at: 5, digits: 2)
+        put(time.month, at: 5, digits: 2)
         bytes[7] = 0x2d
-        put(day, at: 8, digits: 2)
+        put(time.day, at: 8, digits: 2)
         bytes[10] = 0x54  // T
-        put(secondOfDay / 3600, at: 11, digits: 2)
+        put(time.hour, at: 11, digits: 2)
         bytes[13] = 0x3a
-        put(secondOfDay / 60 % 60, at: 14, digits: 2)
+        put(time.minute, at: 14, digits: 2)
         bytes[16] = 0x3a
-        put(secondOfDay % 60, at: 17, digits: 2)
+        put(time.second, at: 17, digits: 2)
         bytes[19] = 0x5a  // Z
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`); also
-    /// PeerCA's certificate times (UTCTime, GeneralizedTime).
-    package static func civil(daysSinceEpoch days: Int) -> (year: Int, month: Int, day: Int) {
+    /// The UTC date and time `seconds` after 1970-01-01T00:00:00Z (negative: before it), in the
+    /// proleptic Gregorian calendar: this text's fields, and PeerCA's certificate times (UTCTime,
+    /// GeneralizedTime).
+    package static func fields(secondsSince1970 seconds: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - days * 86_400
+        let (year, month, day) = civil(daysSinceEpoch: days)
+        return (year, month, day, secondOfDay / 3600, secondOfDay / 60 % 60, secondOfDay % 60)
+    }
+
+    /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).
+    private static func civil(daysSinceEpoch days: Int) -> (year: Int, month: Int, day: Int) {
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let dayOfEra = z - era * 146_097

@@ -141,24 +141,21 @@ enum DERWriter {
         guard seconds >= -62_167_219_200, seconds <= 253_402_300_799 else {
             throw LeafTemplate.Unencodable(description: "the date \(date) has no RFC 5280 encoding")
         }
-        let total = Int(seconds)
-        let days = total >= 0 ? total / 86_400 : (total - 86_399) / 86_400
-        let secondOfDay = total - days * 86_400
-        let (year, month, day) = ISO8601Text.civil(daysSinceEpoch: days)
-        let utc = (1950..<2050).contains(year)
+        let time = ISO8601Text.fields(secondsSince1970: Int(seconds))
+        let utc = (1950..<2050).contains(time.year)
         out.append(utc ? 0x17 : 0x18)
         out.append(utc ? 13 : 15)
         func two(_ value: Int) {
             out.append(0x30 + UInt8(value / 10))
             out.append(0x30 + UInt8(value % 10))
         }
-        if !utc { two(year / 100) }
-        two(year % 100)
-        two(month)
-        two(day)
-        two(secondOfDay / 3600)
-        two(secondOfDay / 60 % 60)
-        two(secondOfDay % 60)
+        if !utc { two(time.year / 100) }
+        two(time.year % 100)
+        two(time.month)
+        two(time.day)
+        two(time.hour)
+        two(time.minute)
+        two(time.second)
         out.append(0x5a)  // Z
     }
 }
