@@ -299,42 +299,37 @@ struct JSONParser {
     private mutating func parseString() throws(TokenError) -> String {
         position += 1  // opening quote
         let start = position
-        // Fast path: no escapes.
-        while position < input.count {
-            let c = input[position]
-            if c == UInt8(ascii: "\"") {
-                let slice = UnsafeRawBufferPointer(rebasing: input[start..<position])
-                position += 1
-                guard let s = String(validating: slice, as: UTF8.self) else {
-                    throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)")
-                }
-                return s
-            }
-            if c == UInt8(ascii: "\\") { break }
-            if c < 0x20 { throw error("unescaped control character in string") }
-            position += 1
-        }
-        // Slow path with escapes: runs between them are copied whole (a PEM in JSON has an
+        // The bytes of a string that has escapes; nil while none was met, when the text is a
+        // slice of the input. The runs between escapes are copied whole (a PEM in JSON has an
         // escaped newline every 65 bytes).
-        var bytes = [UInt8](UnsafeRawBufferPointer(rebasing: input[start..<position]))
-        while position < input.count {
+        var unescaped: [UInt8]?
+        while true {
             let runStart = position
             while position < input.count {
                 let c = input[position]
                 if c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") || c < 0x20 { break }
                 position += 1
             }
-            if runStart < position { bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[runStart..<position])) }
             guard position < input.count else { break }
+            let run = UnsafeRawBufferPointer(rebasing: input[runStart..<position])
             let c = input[position]
+            if c < 0x20 { throw error("unescaped control character in string") }
             if c == UInt8(ascii: "\"") {
                 position += 1
-                guard let s = String(validating: bytes, as: UTF8.self) else {
-                    throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)")
+                let text: String?
+                if var bytes = unescaped.take() {
+                    bytes.append(contentsOf: run)
+                    text = String(validating: bytes, as: UTF8.self)
+                } else {
+                    text = String(validating: run, as: UTF8.self)
                 }
-                return s
+                guard let text else { throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)") }
+                return text
             }
-            if c < 0x20 { throw error("unescaped control character in string") }
+            // A backslash: the run so far, then the escape after it (taken out of `unescaped`
+            // while it grows, so appending does not copy it).
+            var bytes = unescaped.take() ?? []
+            bytes.append(contentsOf: run)
             position += 1
             guard position < input.count else { break }
             let e = input[position]
@@ -366,6 +361,7 @@ struct JSONParser {
             default:
                 throw error("invalid escape sequence")
             }
+            unescaped = bytes
         }
         throw error("unterminated string")
     }
