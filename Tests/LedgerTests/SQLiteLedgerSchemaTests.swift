@@ -19,8 +19,7 @@ struct SQLiteLedgerSchemaTests {
         }
         let queue = try DatabaseQueue(path: path)
         try await queue.read { db in
-            let plan = try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + SQLiteLedger.bySubjectOrAccount, arguments: ["u0"])
-                .map { $0["detail"] as String? ?? "" }
+            let plan = try queryPlan(db, SQLiteLedger.bySubjectOrAccount, "u0")
             #expect(!plan.isEmpty)
             #expect(!plan.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(plan)")
             #expect(plan.contains { $0.contains("certificates_common_name") }, "plan: \(plan)")
@@ -53,10 +52,7 @@ struct SQLiteLedgerSchemaTests {
         _ = try await ledger.revoke(serial: "3c05", reason: .superseded, at: Date(timeIntervalSince1970: 1_800_000_050))
         let queue = try DatabaseQueue(path: path)
         try await queue.read { db in
-            func plan(_ clause: String, _ argument: any DatabaseValueConvertible) throws -> [String] {
-                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + clause, arguments: [argument]).map { $0["detail"] as String? ?? "" }
-            }
-            let revoked = try plan(SQLiteLedger.revokedNotExpired, 1_800_000_000.0)
+            let revoked = try queryPlan(db, SQLiteLedger.revokedNotExpired, 1_800_000_000.0)
             #expect(revoked.contains { $0.contains("certificates_revoked") }, "plan: \(revoked)")
             #expect(!revoked.contains { $0 == "SCAN certificates" || $0.contains("TEMP B-TREE") }, "plan: \(revoked)")
             // A partial index: only revoked certificates have an entry.
@@ -64,5 +60,10 @@ struct SQLiteLedgerSchemaTests {
         }
         #expect(try await ledger.revoked(notExpiredAt: Date(timeIntervalSince1970: 1_800_000_000)).map(\.serial) == ["3c05", "3c02"])
         #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])
+    }
+
+    /// The steps SQLite plans for `SELECT * FROM certificates` + `clause` with one argument.
+    private func queryPlan(_ db: Database, _ clause: String, _ argument: any DatabaseValueConvertible) throws -> [String] {
+        try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + clause, arguments: [argument]).map { $0["detail"] as String? ?? "" }
     }
 }
