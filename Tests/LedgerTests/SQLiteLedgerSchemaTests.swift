@@ -19,10 +19,10 @@ struct SQLiteLedgerSchemaTests {
         }
         let queue = try DatabaseQueue(path: path)
         try await queue.read { db in
-            let plan = try queryPlan(db, SQLiteLedger.bySubjectOrAccount, "u0")
+            let plan = try queryPlan(db, SQLiteLedger.bySubjectOrAccount, ["u0", 0.0])
             #expect(!plan.isEmpty)
             #expect(!plan.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(plan)")
-            #expect(plan.contains { $0.contains("certificates_common_name") }, "plan: \(plan)")
+            #expect(plan.contains { $0.contains("certificates_expiry_account (expiry_day=? AND common_name=?)") }, "plan: \(plan)")
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM certificate_subjects") == 2)
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'certificates' AND sql LIKE '%(subject)%'") == 0)
         }
@@ -52,7 +52,7 @@ struct SQLiteLedgerSchemaTests {
         _ = try await ledger.revoke(serial: "3c05", reason: .superseded, at: Date(timeIntervalSince1970: 1_800_000_050))
         let queue = try DatabaseQueue(path: path)
         try await queue.read { db in
-            let revoked = try queryPlan(db, SQLiteLedger.revokedNotExpired, 1_800_000_000.0)
+            let revoked = try queryPlan(db, "SELECT * FROM certificates " + SQLiteLedger.revokedNotExpired, [1_800_000_000.0])
             #expect(revoked.contains { $0.contains("certificates_revoked") }, "plan: \(revoked)")
             #expect(!revoked.contains { $0 == "SCAN certificates" || $0.contains("TEMP B-TREE") }, "plan: \(revoked)")
             // A partial index: only revoked certificates have an entry.
@@ -62,8 +62,48 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])
     }
 
-    /// The steps SQLite plans for `SELECT * FROM certificates` + `clause` with one argument.
-    private func queryPlan(_ db: Database, _ clause: String, _ argument: any DatabaseValueConvertible) throws -> [String] {
-        try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM certificates " + clause, arguments: [argument]).map { $0["detail"] as String? ?? "" }
+    /// The account index is keyed by expiry day first: a certificate's entry lands among those
+    /// expiring the same day. Lookups by account and the end of an account's sessions seek
+    /// (day, account) for each day that has certificates — never a scan of the table or of a
+    /// day's entries — and find every certificate of the account whatever its day; ending the
+    /// sessions revokes exactly those not yet expired.
+    @Test func accountsAreFoundThroughTheExpiryDayIndex() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        let day = 86_400.0, start = 1_800_000_000.0
+        // Account "a" on four expiry days, five certificates: one day past at `now`, one with a
+        // certificate expired and one not; "b" on two of those days.
+        for (i, offset) in [-3.0, -0.25, 0.5, 2, 9].enumerated() {
+            try await ledger.record(
+                entry(String(format: "4d%02x", i), subject: "spiffe://app/idp/a", commonName: "a", issuedAt: start + offset * day - 3600),
+                claiming: nil)
+        }
+        for (i, offset) in [0.5, 9].enumerated() {
+            try await ledger.record(
+                entry(String(format: "4e%02x", i), subject: "spiffe://app/idp/b", commonName: "b", issuedAt: start + offset * day - 3600),
+                claiming: nil)
+        }
+        let queue = try DatabaseQueue(path: path)
+        try await queue.read { db in
+            #expect(try Int.fetchOne(db, sql: "SELECT count(DISTINCT expiry_day) FROM certificates") == 4)
+            #expect(try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = 'certificates_expiry_account'")?.contains("(expiry_day, common_name)") == true)
+            #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name = 'certificates_common_name'") == 0)
+            let update = try queryPlan(db, SQLiteLedger.revokeAccountUpdate, ["a", start, 0])
+            #expect(update.contains { $0.contains("certificates_expiry_account (expiry_day=? AND common_name=?)") }, "plan: \(update)")
+            #expect(!update.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(update)")
+        }
+        #expect(try await ledger.entries(subject: "a").map(\.serial) == ["4d04", "4d03", "4d02", "4d01", "4d00"])
+        #expect(try await ledger.entries(subject: "spiffe://app/idp/b").map(\.serial) == ["4e01", "4e00"])
+        let now = Date(timeIntervalSince1970: start)
+        let revoked = try await ledger.revokeAccount("a", reason: .cessationOfOperation, at: now)
+        #expect(revoked.map(\.serial) == ["4d04", "4d03", "4d02"])
+        #expect(try await ledger.entry(serial: "4d01")?.status == .valid)
+        #expect(try await ledger.entry(serial: "4e00")?.status == .valid)
+        #expect(try await ledger.revokeAccount("a", reason: .cessationOfOperation, at: now).isEmpty)
+    }
+
+    /// The steps SQLite plans for a whole statement.
+    private func queryPlan(_ db: Database, _ sql: String, _ arguments: StatementArguments) throws -> [String] {
+        try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] as String? ?? "" }
     }
 }
