@@ -153,6 +153,8 @@ struct GroupCommitTests {
         // Checkpoints every 10,000 WAL pages, and the WAL cut back to 64 MiB after one.
         #expect(try reopened.writerPragma("wal_autocheckpoint") == 10_000)
         #expect(try reopened.writerPragma("journal_size_limit") == 67_108_864)
+        // A 16 MiB page cache for the writer (negative: KiB), SQLite's default being 2 MiB.
+        #expect(try reopened.writerPragma("cache_size") == -16_384)
     }
 
     /// The PostgreSQL ledger: while another session holds an exclusive lock on the table, 40

@@ -50,8 +50,15 @@ public final class SQLiteLedger: CertificateLedger {
             // table and its serial index, the index roots) once for many commits. tokenbench
             // --issuance-stages --filter ledger: 34–37 → 30 µs CPU per record, 19–21 k → 25–27 k
             // records/s on one core. The WAL is truncated back to 64 MiB after a checkpoint.
+            //
+            // A 16 MiB page cache for the writer (SQLite's default is 2 MiB): the pages every batch
+            // touches — the table's and the serial index's tails, the day's region of the account
+            // index, the (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
+            // being read again from the file or the WAL (strace at 10 M rows: ≈ 1.2 page reads per
+            // certificate with 2 MiB). tokenbench --ledger-growth on a 10 M-row ledger, alternated
+            // with an empty one: 0.84–0.87 → 0.93–0.95 of the empty rate; RSS + 17 MB.
             try pool.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864")
+                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864; PRAGMA cache_size = -16384")
             }
             var migrator = DatabaseMigrator()
             migrator.registerMigration("v1") { db in
