@@ -10,8 +10,9 @@ import Synchronization
 /// `tokenbench --ledger-growth 0,1M,10M [--ledger-store …]`: issuance as the ledger grows. For
 /// each size the ledger is filled to that many rows with synthetic certificates (fast: bulk SQL in
 /// big transactions, durability off for the fill only), then certificates are issued through the
-/// normal ledger — durable, `window` in flight, both cores — and the rate, p50/p99, the process's
-/// RSS and the ledger's size are printed.
+/// normal ledger — durable, `window` in flight, both cores — by a child tokenbench that opens the
+/// ledger as filled (`--ledger-growth-child`), and the rate, p50/p99, the child's RSS and the
+/// ledger's size are printed.
 ///
 /// The synthetic rows look like real ones to the indexes: 16-byte hex serials as the CA makes them
 /// (`40`, the issue time in milliseconds, 72 random bits: the primary key grows with time), two million distinct accounts (subject and common name, scattered), random fingerprints
@@ -61,7 +62,7 @@ enum LedgerGrowth {
             try await filler.withOpen {
                 printNow("tokenbench --ledger-growth, \(filler.name): \(seconds) s × \(reps) repetitions per size, \(window) issuances in flight, "
                     + "\(ProcessInfo.processInfo.activeProcessorCount) cores; a synthetic row as a real one (\(shape.derBytes)-byte DER); load average \(IssuanceBench.loadAverage())")
-                printNow("  rows        certs/s    p50 ms    p99 ms     RSS KiB   ledger MiB   CPU µs  KiB wr.   fill   (CPU and writes: this process's, per certificate)")
+                printNow("  rows        certs/s    p50 ms    p99 ms     RSS KiB   ledger MiB   CPU µs  KiB wr.   fill   (RSS, CPU and writes: the measuring process's, per certificate)")
                 var first: Double?
                 var curve: [(Int, Double)] = []
                 for size in sizes {
@@ -79,25 +80,84 @@ enum LedgerGrowth {
                         fillNote = String(format: "%d rows in %.0f s", size - rows, elapsed)
                         rows = try await filler.count()
                     }
-                    let cpuBefore = IssuanceBench.cpuSeconds(), writtenBefore = IssuanceBench.bytesWritten()
-                    // A full repetition's warm-up: after a fill (or a new server), caches and the
-                    // connection pool settle first.
-                    let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps, warmUp: seconds) { i in
-                        _ = try await workload.issue(i, with: ca)
-                    }
-                    // This process's CPU time and writes per certificate (PostgreSQL's are the server's: not counted).
-                    let cpu = 1e6 * (IssuanceBench.cpuSeconds() - cpuBefore) / Double(max(result.issued, 1))
-                    let written = Double(IssuanceBench.bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
-                    let bytes = try await filler.bytes()
+                    // Measured in a new tokenbench that opens the ledger as it now is, as a CA
+                    // restarted on a ledger of this size would: in the process that has just
+                    // bulk-filled 9 M rows (through a 4 GB page cache, freed since), issuance on a
+                    // 10 M-row ledger cost ≈ 140 µs of CPU per certificate against ≈ 128 in a new
+                    // process on the same file, minutes apart (README, issuance, sixth session).
+                    let result = try child(store: location.url, seconds: seconds, reps: reps, window: window)
                     first = first ?? result.rate
                     curve.append((rows, result.rate))
                     printNow(String(
-                        format: "  %-10d %9.0f %9.3f %9.3f %11d %12.0f %8.0f %9.1f   %@", rows, result.rate, result.p50, result.p99, Soak.rssKilobytes(),
-                        Double(bytes) / 1_048_576, cpu, written, fillNote))
+                        format: "  %-10d %9.0f %9.3f %9.3f %11d %12.0f %8.0f %9.1f   %@", rows, result.rate, result.p50, result.p99, result.rssKilobytes,
+                        Double(result.ledgerBytes) / 1_048_576, result.cpuMicroseconds, result.writtenKilobytes, fillNote))
                 }
                 if let first, curve.count > 1 {
                     printNow("  rate / rate at \(curve[0].0) rows: " + curve.map { String(format: "%d rows %.2f", $0.0, $0.1 / first) }.joined(separator: ", "))
                 }
+            }
+        }
+    }
+
+    /// One size's figures, as the child that measured them printed them.
+    struct Measurement {
+        var rate = 0.0, p50 = 0.0, p99 = 0.0
+        var rssKilobytes = 0, ledgerBytes: Int64 = 0
+        var cpuMicroseconds = 0.0, writtenKilobytes = 0.0
+    }
+
+    /// Runs `tokenbench --ledger-growth-child` on `store` (its ledger as filled) and reads its
+    /// RESULT line.
+    static func child(store: String, seconds: Double, reps: Int, window: Int) throws -> Measurement {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        process.arguments = ["--ledger-growth-child", "--ledger-store", store, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        // Polled: Foundation's waitUntilExit can miss a child's exit on Linux.
+        while process.isRunning { usleep(10_000) }
+        guard process.terminationStatus == 0, let line = output.split(separator: "\n").last(where: { $0.hasPrefix("RESULT ") }) else {
+            throw BenchError("--ledger-growth: the measuring child failed (status \(process.terminationStatus)):\n\(output)")
+        }
+        var fields: [String: String] = [:]
+        for pair in line.dropFirst("RESULT ".count).split(separator: " ") {
+            let kv = pair.split(separator: "=", maxSplits: 1)
+            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+        }
+        guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
+            let rss = Int(fields["rss_kib"] ?? ""), let bytes = Int64(fields["ledger_bytes"] ?? ""), let cpu = Double(fields["cpu_us"] ?? ""),
+            let written = Double(fields["written_kib"] ?? "")
+        else { throw BenchError("--ledger-growth: unreadable result \(line)") }
+        return Measurement(rate: rate, p50: p50, p99: p99, rssKilobytes: rss, ledgerBytes: bytes, cpuMicroseconds: cpu, writtenKilobytes: written)
+    }
+
+    /// The child side: issues into the ledger at `store` as it is (a full repetition's warm-up
+    /// first), and prints one `RESULT key=value …` line.
+    static func runChild(store: String, seconds: Double, reps: Int, window: Int) async throws {
+        var logger = Logger(label: "tokenbench")
+        logger.logLevel = .warning
+        let location = try LedgerLocation(store)
+        let workload = try IssuanceWorkload()
+        try await LedgerStore.with(location, logger: logger) { ledger in
+            let ca = PeerCertificateAuthority(authority: workload.material.authority, policy: workload.policy, ledger: ledger)
+            let filler: any LedgerFiller
+            switch location {
+            case .sqlite(let path): filler = SQLiteFiller(path: path, shape: RowShape(subjectPrefix: "", issuer: "", derBytes: 0))
+            case .postgres(let url): filler = try PostgresFiller(url: url, shape: RowShape(subjectPrefix: "", issuer: "", derBytes: 0), logger: logger)
+            }
+            try await filler.withOpen {
+                let cpuBefore = IssuanceBench.cpuSeconds(), writtenBefore = IssuanceBench.bytesWritten()
+                let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps, warmUp: seconds) { i in
+                    _ = try await workload.issue(i, with: ca)
+                }
+                // This process's CPU time and writes per certificate (PostgreSQL's are the server's: not counted).
+                let issued = Double(max(result.issued, 1))
+                printNow(String(
+                    format: "RESULT rate=%.1f p50_ms=%.3f p99_ms=%.3f rss_kib=%d ledger_bytes=%lld cpu_us=%.1f written_kib=%.2f", result.rate, result.p50,
+                    result.p99, Soak.rssKilobytes(), try await filler.bytes(), 1e6 * (IssuanceBench.cpuSeconds() - cpuBefore) / issued,
+                    Double(IssuanceBench.bytesWritten() - writtenBefore) / 1024 / issued))
             }
         }
     }

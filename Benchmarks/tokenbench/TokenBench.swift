@@ -59,11 +59,14 @@ struct TokenBench: AsyncParsableCommand {
     @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, reply PEM), without the ledger: where the time the limit row does not spend goes.")
     var issuanceStages = false
 
-    @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")
+    @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue (in a child tokenbench that opens the ledger as filled) for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")
     var ledgerGrowth: String?
 
     @Option(help: "The ledger --ledger-growth fills: sqlite (a temporary file, removed afterwards), sqlite:PATH (kept), or postgres://user@host:port/database.")
     var ledgerStore: String = "sqlite"
+
+    @Flag(help: .hidden)
+    var ledgerGrowthChild = false
 
     func run() async throws {
         if let issuanceChild {
@@ -76,6 +79,10 @@ struct TokenBench: AsyncParsableCommand {
         }
         if issuance {
             try await IssuanceBench.run(seconds: seconds, reps: reps, window: window, selected: selected, json: json)
+            return
+        }
+        if ledgerGrowthChild {
+            try await LedgerGrowth.runChild(store: ledgerStore, seconds: seconds, reps: reps, window: window)
             return
         }
         if let ledgerGrowth {
