@@ -191,9 +191,24 @@ enum IssuanceBench {
 
     /// Runs a library row in a child tokenbench and reads its RESULT line.
     static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int) throws -> IssuanceResult {
+        let fields = try childResult(
+            ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"], pinToOneCPU: pinToOneCPU, what: name)
+        guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
+            let issued = Int(fields["issued"] ?? "")
+        else { throw BenchError("\(name): unreadable result \(fields)") }
+        let f = { (key: String) in fields[key] ?? "?" }
+        let how = pinToOneCPU ? "taskset -c 0" : "no pinning"
+        return IssuanceResult(
+            name: name, rate: rate, p50: p50, p99: p99, issued: issued,
+            notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+    }
+
+    /// Runs this tokenbench again with `arguments` (under `taskset -c 0` when `pinToOneCPU`) and
+    /// returns the fields of the last `RESULT key=value …` line it printed; `what` names it in errors.
+    static func childResult(_ arguments: [String], pinToOneCPU: Bool = false, what: String) throws -> [String: String] {
         let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let process = Process()
-        let arguments = ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"]
         if pinToOneCPU {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
             process.arguments = ["-c", "0", me] + arguments
@@ -208,22 +223,14 @@ enum IssuanceBench {
         // Polled: Foundation's waitUntilExit can miss a child's exit on Linux (see the tests' waitForExit).
         while process.isRunning { usleep(10_000) }
         guard process.terminationStatus == 0, let resultLine = output.split(separator: "\n").last(where: { $0.hasPrefix("RESULT ") }) else {
-            throw BenchError("\(name): the child run failed (status \(process.terminationStatus)):\n\(output)")
+            throw BenchError("\(what): the child run failed (status \(process.terminationStatus)):\n\(output)")
         }
         var fields: [String: String] = [:]
         for pair in resultLine.dropFirst("RESULT ".count).split(separator: " ") {
             let kv = pair.split(separator: "=", maxSplits: 1)
             if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
         }
-        guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
-            let issued = Int(fields["issued"] ?? "")
-        else { throw BenchError("\(name): unreadable result \(resultLine)") }
-        let f = { (key: String) in fields[key] ?? "?" }
-        let how = pinToOneCPU ? "taskset -c 0" : "no pinning"
-        return IssuanceResult(
-            name: name, rate: rate, p50: p50, p99: p99, issued: issued,
-            notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
-                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+        return fields
     }
 
     /// The child side: one library row, printed as `RESULT key=value …`.

@@ -109,27 +109,13 @@ enum LedgerGrowth {
     /// Runs `tokenbench --ledger-growth-child` on `store` (its ledger as filled) and reads its
     /// RESULT line.
     static func child(store: String, seconds: Double, reps: Int, window: Int) throws -> Measurement {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-        process.arguments = ["--ledger-growth-child", "--ledger-store", store, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        // Polled: Foundation's waitUntilExit can miss a child's exit on Linux.
-        while process.isRunning { usleep(10_000) }
-        guard process.terminationStatus == 0, let line = output.split(separator: "\n").last(where: { $0.hasPrefix("RESULT ") }) else {
-            throw BenchError("--ledger-growth: the measuring child failed (status \(process.terminationStatus)):\n\(output)")
-        }
-        var fields: [String: String] = [:]
-        for pair in line.dropFirst("RESULT ".count).split(separator: " ") {
-            let kv = pair.split(separator: "=", maxSplits: 1)
-            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
-        }
+        let fields = try IssuanceBench.childResult(
+            ["--ledger-growth-child", "--ledger-store", store, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"],
+            what: "--ledger-growth")
         guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
             let rss = Int(fields["rss_kib"] ?? ""), let bytes = Int64(fields["ledger_bytes"] ?? ""), let cpu = Double(fields["cpu_us"] ?? ""),
             let written = Double(fields["written_kib"] ?? "")
-        else { throw BenchError("--ledger-growth: unreadable result \(line)") }
+        else { throw BenchError("--ledger-growth: unreadable result \(fields)") }
         return Measurement(rate: rate, p50: p50, p99: p99, rssKilobytes: rss, ledgerBytes: bytes, cpuMicroseconds: cpu, writtenKilobytes: written)
     }
 
@@ -137,7 +123,8 @@ enum LedgerGrowth {
     /// first), and prints one `RESULT key=value …` line.
     static func runChild(store: String, seconds: Double, reps: Int, window: Int) async throws {
         var logger = Logger(label: "tokenbench")
-        logger.logLevel = .warning
+        // Not PostgresNIO's "run() hasn't been called yet" warning when the first query races the client's start.
+        logger.logLevel = .error
         let location = try LedgerLocation(store)
         let workload = try IssuanceWorkload()
         try await LedgerStore.with(location, logger: logger) { ledger in
