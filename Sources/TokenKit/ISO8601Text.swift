@@ -13,38 +13,46 @@ package enum ISO8601Text {
         guard interval >= -11_676_096_000, interval < 253_402_300_800 else {
             return Date.ISO8601FormatStyle().format(date)
         }
-        let time = fields(secondsSince1970: Int(interval.rounded(.down)))
-        var bytes = [UInt8](repeating: 0, count: 20)
-        func put(_ value: Int, at offset: Int, digits: Int) {
-            var rest = value
-            for i in stride(from: offset + digits - 1, through: offset, by: -1) {
-                bytes[i] = UInt8(truncatingIfNeeded: 0x30 + rest % 10)
-                rest /= 10
-            }
-        }
-        put(time.year, at: 0, digits: 4)
-        bytes[4] = 0x2d
-        put(time.month, at: 5, digits: 2)
-        bytes[7] = 0x2d
-        put(time.day, at: 8, digits: 2)
-        bytes[10] = 0x54  // T
-        put(time.hour, at: 11, digits: 2)
-        bytes[13] = 0x3a
-        put(time.minute, at: 14, digits: 2)
-        bytes[16] = 0x3a
-        put(time.second, at: 17, digits: 2)
-        bytes[19] = 0x5a  // Z
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(20)
+        fields(secondsSince1970: Int(interval.rounded(.down))).appendDigits(to: &bytes, yearDigits: 4, separated: true)
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// A UTC date and time, whole seconds, proleptic Gregorian.
+    package struct Fields: Sendable, Equatable {
+        package var year, month, day, hour, minute, second: Int
+
+        /// Appends the fields as digits, then `Z`: the year's last `yearDigits` digits (4 or 2),
+        /// two for each other field; with `separated`, `-`, `-`, `T`, `:`, `:` between them
+        /// (ISO 8601 text), without, none (UTCTime, GeneralizedTime).
+        package func appendDigits(to out: inout [UInt8], yearDigits: Int, separated: Bool) {
+            func digits(_ value: Int, _ count: Int) {
+                var divisor = 1
+                for _ in 1..<count { divisor *= 10 }
+                while divisor > 0 {
+                    out.append(0x30 + UInt8(truncatingIfNeeded: value / divisor % 10))
+                    divisor /= 10
+                }
+            }
+            let parts = [(year, yearDigits, UInt8(ascii: "-")), (month, 2, UInt8(ascii: "-")), (day, 2, UInt8(ascii: "T")),
+                         (hour, 2, UInt8(ascii: ":")), (minute, 2, UInt8(ascii: ":")), (second, 2, 0)]
+            for (value, count, separator) in parts {
+                digits(value, count)
+                if separated, separator != 0 { out.append(separator) }
+            }
+            out.append(UInt8(ascii: "Z"))
+        }
     }
 
     /// The UTC date and time `seconds` after 1970-01-01T00:00:00Z (negative: before it), in the
     /// proleptic Gregorian calendar: this text's fields, and PeerCA's certificate times (UTCTime,
     /// GeneralizedTime).
-    package static func fields(secondsSince1970 seconds: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+    package static func fields(secondsSince1970 seconds: Int) -> Fields {
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let secondOfDay = seconds - days * 86_400
         let (year, month, day) = civil(daysSinceEpoch: days)
-        return (year, month, day, secondOfDay / 3600, secondOfDay / 60 % 60, secondOfDay % 60)
+        return Fields(year: year, month: month, day: day, hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60)
     }
 
     /// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).

@@ -145,17 +145,6 @@ enum DERWriter {
         let utc = (1950..<2050).contains(time.year)
         out.append(utc ? 0x17 : 0x18)
         out.append(utc ? 13 : 15)
-        func two(_ value: Int) {
-            out.append(0x30 + UInt8(value / 10))
-            out.append(0x30 + UInt8(value % 10))
-        }
-        if !utc { two(time.year / 100) }
-        two(time.year % 100)
-        two(time.month)
-        two(time.day)
-        two(time.hour)
-        two(time.minute)
-        two(time.second)
-        out.append(0x5a)  // Z
+        time.appendDigits(to: &out, yearDigits: utc ? 2 : 4, separated: false)
     }
 }
