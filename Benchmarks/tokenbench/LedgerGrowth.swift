@@ -54,11 +54,7 @@ enum LedgerGrowth {
             let shape = RowShape(
                 subjectPrefix: String(sample.identity.spiffeID.dropLast("device-0".count)), issuer: IssuanceWorkload.issuer,
                 derBytes: sample.derBytes.count)
-            let filler: any LedgerFiller
-            switch location {
-            case .sqlite(let path): filler = SQLiteFiller(path: path, shape: shape)
-            case .postgres(let url): filler = try PostgresFiller(url: url, shape: shape, logger: logger)
-            }
+            let filler = try makeFiller(location, shape: shape, logger: logger)
             try await filler.withOpen {
                 printNow("tokenbench --ledger-growth, \(filler.name): \(seconds) s × \(reps) repetitions per size, \(window) issuances in flight, "
                     + "\(ProcessInfo.processInfo.activeProcessorCount) cores; a synthetic row as a real one (\(shape.derBytes)-byte DER); load average \(IssuanceBench.loadAverage())")
@@ -99,11 +95,20 @@ enum LedgerGrowth {
         }
     }
 
+    /// The filler of the store at `location`.
+    static func makeFiller(_ location: LedgerLocation, shape: RowShape, logger: Logger) throws -> any LedgerFiller {
+        switch location {
+        case .sqlite(let path): SQLiteFiller(path: path, shape: shape)
+        case .postgres(let url): try PostgresFiller(url: url, shape: shape, logger: logger)
+        }
+    }
+
     /// One size's figures, as the child that measured them printed them.
     struct Measurement {
-        var rate = 0.0, p50 = 0.0, p99 = 0.0
-        var rssKilobytes = 0, ledgerBytes: Int64 = 0
-        var cpuMicroseconds = 0.0, writtenKilobytes = 0.0
+        let rate, p50, p99: Double
+        let rssKilobytes: Int
+        let ledgerBytes: Int64
+        let cpuMicroseconds, writtenKilobytes: Double
     }
 
     /// Runs `tokenbench --ledger-growth-child` on `store` (its ledger as filled) and reads its
@@ -129,11 +134,8 @@ enum LedgerGrowth {
         let workload = try IssuanceWorkload()
         try await LedgerStore.with(location, logger: logger) { ledger in
             let ca = PeerCertificateAuthority(authority: workload.material.authority, policy: workload.policy, ledger: ledger)
-            let filler: any LedgerFiller
-            switch location {
-            case .sqlite(let path): filler = SQLiteFiller(path: path, shape: RowShape(subjectPrefix: "", issuer: "", derBytes: 0))
-            case .postgres(let url): filler = try PostgresFiller(url: url, shape: RowShape(subjectPrefix: "", issuer: "", derBytes: 0), logger: logger)
-            }
+            // Only for the ledger's size: the child never fills, so no row shape is needed.
+            let filler = try makeFiller(location, shape: RowShape(subjectPrefix: "", issuer: "", derBytes: 0), logger: logger)
             try await filler.withOpen {
                 let cpuBefore = IssuanceBench.cpuSeconds(), writtenBefore = IssuanceBench.bytesWritten()
                 let result = try await IssuanceDriver.measure(name: "growth", window: window, seconds: seconds, reps: reps, warmUp: seconds) { i in
