@@ -1,5 +1,5 @@
 import Foundation
-import PeerCA
+@_spi(Testing) import PeerCA
 import Synchronization
 import SwiftASN1
 import TokenKit
@@ -49,6 +49,7 @@ enum IssuanceStages {
                 return (try? s.serialize(requests[i].publicKey)) != nil && s.serializedBytes.count > 60
             }),
             ("csr.validate (all, from PEM)", { i in (try? ValidatedCSR(pems[i])) != nil }),
+            ("csr.validate (generic parser, from PEM)", { i in (try? ValidatedCSR(pems[i], fastPath: false)) != nil }),
             ("serial", { _ in SerialNumbers.random().bytes.count > 0 }),
             ("leaf.make (DER + sign)", { i in
                 (try? ca.makeLeaf(serial: SerialNumbers.random(), identity: identities[i], spiffeID: identities[i].spiffeID, csr: validated[i], notBefore: notBefore, notAfter: notAfter)) != nil

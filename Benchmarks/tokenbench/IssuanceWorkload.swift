@@ -52,7 +52,7 @@ struct IssuanceWorkload: Sendable {
         guard issuerCertificate.publicKey.isValidSignature(leaf.signature, for: leaf) else {
             throw BenchError("issuance check: the certificate's signature does not verify with the issuing CA's key")
         }
-        guard leaf.publicKey == (try ValidatedCSR(csrs[7])).publicKey else {
+        guard leaf.publicKey == (try ValidatedCSR(csrs[7]).publicKey) else {
             throw BenchError("issuance check: the certificate does not certify the CSR's key")
         }
         guard try await ca.ledger.entry(serial: issued.serial) != nil else { throw BenchError("issuance check: the certificate is not in the ledger") }

@@ -1,5 +1,5 @@
 import Foundation
-import PeerCA
+@_spi(Testing) import PeerCA
 import TokenKit
 
 /// CSR parsing and issuance: every input is checked as a CSR (PEM or DER); one that passes is
@@ -53,12 +53,25 @@ func block(_ body: @escaping @Sendable () async -> Void) {
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzCSR(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
-    if let csr = try? ValidatedCSR(bytes) {
+    // The direct P-256 path and swift-certificates' parser must agree on every input.
+    let direct = Result { () throws(PeerCAError) in try ValidatedCSR(bytes) }
+    let generic = Result { () throws(PeerCAError) in try ValidatedCSR(bytes, fastPath: false) }
+    switch (direct, generic) {
+    case (.success(let a), .success(let b)):
+        guard a.keyFingerprint == b.keyFingerprint, a.keyKind == b.keyKind, a.derBytes == b.derBytes else {
+            fatalError("the direct path and the generic parser accepted different keys")
+        }
+    case (.failure(let a), .failure(let b)):
+        guard a == b else { fatalError("the direct path and the generic parser refused differently: \(a) / \(b)") }
+    default:
+        fatalError("the direct path and the generic parser disagree: \(direct) / \(generic)")
+    }
+    if let csr = try? direct.get() {
         block {
             guard let issued = try? await Fixture.ca.issue(token: Fixture.token, csr: csr) else { fatalError("a valid CSR was not issued") }
             // The hand-written leaf DER parses, names the token's identity and certifies the CSR's key.
             guard let certificate = try? issued.certificate else { fatalError("the issued certificate does not parse") }
-            guard issued.identity.spiffeID == "spiffe://fuzz/idp/u", certificate.publicKey == csr.publicKey,
+            guard issued.identity.spiffeID == "spiffe://fuzz/idp/u", certificate.publicKey == (try? csr.publicKey),
                 (try? certificate.extensions.subjectAlternativeNames)?.first == .uniformResourceIdentifier("spiffe://fuzz/idp/u")
             else {
                 fatalError("the certificate names something other than the token's identity")

@@ -10,27 +10,51 @@ public import X509
 /// Names, extensions and attributes the CSR asks for are *not* used: a peer certificate's
 /// identity comes only from the verified token.
 public struct ValidatedCSR: Sendable {
-    /// The parsed request.
-    public let request: CertificateSigningRequest
-    /// The key to certify.
-    public var publicKey: Certificate.PublicKey { request.publicKey }
+    /// The request's DER (decoded from the PEM when given as text).
+    public let derBytes: [UInt8]
+    /// The request parsed by swift-certificates. Parsed from ``derBytes`` on each use: the CA's
+    /// own checks read the DER directly for the common P-256 request and need no parsed copy.
+    public var request: CertificateSigningRequest {
+        get throws(PeerCAError) {
+            do { return try CertificateSigningRequest(derEncoded: derBytes) } catch { throw PeerCAError(.invalidCSR, "the CSR does not parse") }
+        }
+    }
+    /// The key to certify, parsed from ``subjectPublicKeyInfo``.
+    public var publicKey: Certificate.PublicKey {
+        get throws(PeerCAError) {
+            do { return try Certificate.PublicKey(derEncoded: subjectPublicKeyInfo) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key does not parse") }
+        }
+    }
     /// Its type.
     public let keyKind: PublicKeyKind
     /// SHA-256 of the key's DER SubjectPublicKeyInfo, lower-case hex: the ledger's key fingerprint
-    /// (the same as `request.publicKey.sha256Fingerprint`, computed once).
+    /// (the same as `publicKey.sha256Fingerprint`, computed once).
     public let keyFingerprint: String
     /// SHA-1 of the key's bits: the issued certificate's subject key identifier (RFC 5280 §4.2.1.2, method 1).
     package let keyIdentifier: [UInt8]
     /// The key's SubjectPublicKeyInfo, DER, as swift-certificates encodes it: what the issued
     /// certificate carries.
     package let subjectPublicKeyInfo: [UInt8]
+    /// Whether the request went the direct P-256 path (`CSRFastPath`) rather than swift-certificates' parser.
+    package let checkedDirectly: Bool
+
+    static let badSignatureMessage = "the CSR's self-signature does not verify with its own key (no proof of possession)"
 
     /// Largest accepted CSR, PEM or DER.
     public static let maximumBytes = 16 * 1024
 
     /// Parses and checks a CSR given as PEM text (labels `CERTIFICATE REQUEST` or
     /// `NEW CERTIFICATE REQUEST`) or DER bytes.
+    ///
+    /// The usual request — a P-256 key, ECDSA-SHA256, no attributes, canonical PEM or DER — is
+    /// checked by reading its DER directly; any other goes through swift-certificates' parser.
+    /// Both give the same result for the requests the first accepts.
     public init(_ bytes: [UInt8]) throws(PeerCAError) {
+        try self.init(bytes, fastPath: true)
+    }
+
+    /// `init(_:)` with the direct P-256 path on or off: tests and the CSR fuzzer compare the two.
+    @_spi(Testing) public init(_ bytes: [UInt8], fastPath: Bool) throws(PeerCAError) {
         guard !bytes.isEmpty else { throw PeerCAError(.invalidCSR, "the CSR is empty") }
         guard bytes.count <= ValidatedCSR.maximumBytes else {
             throw PeerCAError(.invalidCSR, "the CSR is \(bytes.count) bytes; at most \(ValidatedCSR.maximumBytes) are accepted")
@@ -38,6 +62,8 @@ public struct ValidatedCSR: Sendable {
         let der: [UInt8]
         if bytes.first == 0x30 {
             der = bytes
+        } else if fastPath, let body = CSRFastPath.canonicalPEMBody(bytes) {
+            der = body
         } else {
             guard let text = String(validating: bytes, as: UTF8.self) else { throw PeerCAError(.invalidCSR, "the CSR is neither DER nor PEM text") }
             let documents: [PEMDocument]
@@ -52,6 +78,24 @@ public struct ValidatedCSR: Sendable {
             }
             der = document.derBytes
         }
+        derBytes = der
+        let kind: PublicKeyKind, spki: [UInt8]
+        if fastPath, let covered = try CSRFastPath.check(der) {
+            (kind, spki, checkedDirectly) = (.p256, Array(covered), true)
+        } else {
+            (kind, spki) = try ValidatedCSR.checkGenerically(der)
+            checkedDirectly = false
+        }
+        guard let bits = ValidatedCSR.keyBits(ofSubjectPublicKeyInfo: spki) else { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
+        keyKind = kind
+        subjectPublicKeyInfo = spki
+        keyFingerprint = Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: spki)
+        keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
+    }
+
+    /// Any request, through swift-certificates' parser: its key's kind and SubjectPublicKeyInfo
+    /// when it parses, its self-signature verifies and its key is one the CA certifies.
+    static func checkGenerically(_ der: [UInt8]) throws(PeerCAError) -> (PublicKeyKind, [UInt8]) {
         let request: CertificateSigningRequest
         do {
             request = try CertificateSigningRequest(derEncoded: der)
@@ -76,7 +120,7 @@ public struct ValidatedCSR: Sendable {
         default: break
         }
         guard request.publicKey.isValidSignature(request.signature, for: request) else {
-            throw PeerCAError(.badCSRSignature, "the CSR's self-signature does not verify with its own key (no proof of possession)")
+            throw PeerCAError(.badCSRSignature, ValidatedCSR.badSignatureMessage)
         }
         let kind = PublicKeyKind(request.publicKey)
         switch kind {
@@ -85,8 +129,6 @@ public struct ValidatedCSR: Sendable {
         case .rsa(let bits): throw PeerCAError(.unsupportedKey, "the CSR's RSA key has \(bits) bits; 2048 to 8192 are accepted")
         case .p521: throw PeerCAError(.unsupportedKey, "P-521 keys are not accepted for peer certificates (P-256, P-384, Ed25519, RSA ≥ 2048)")
         }
-        self.request = request
-        self.keyKind = kind
         // The fingerprint, the key identifier and the certificate all use one encoding of the key:
         // the CSR's own bytes when they are already the canonical one, else swift-certificates'
         // (each encoding of an EC key converts its point to affine coordinates: a field inversion).
@@ -98,10 +140,7 @@ public struct ValidatedCSR: Sendable {
             do { try serializer.serialize(request.publicKey) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
             spki = serializer.serializedBytes
         }
-        guard let bits = ValidatedCSR.keyBits(ofSubjectPublicKeyInfo: spki) else { throw PeerCAError(.unsupportedKey, "the CSR's key cannot be encoded") }
-        subjectPublicKeyInfo = spki
-        keyFingerprint = Certificate.PublicKey.sha256Fingerprint(ofSubjectPublicKeyInfo: spki)
-        keyIdentifier = Array(Insecure.SHA1.hash(data: bits))
+        return (kind, spki)
     }
 
     /// The SubjectPublicKeyInfo element (header included) of a DER CSR: CertificationRequest is
