@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 @testable import PeerCA
 import SwiftASN1
@@ -124,6 +125,31 @@ struct LeafTemplateTests {
             try serializer.serialize(ASN1Support.generalizedTime(date))
         }
         return serializer.serializedBytes
+    }
+
+    /// A P-256 issuing key signs through swift-crypto directly, its signature written as DER by
+    /// `ECDSASignatureDER`: the same bytes as BoringSSL's encoding, leading zeros and top bits included.
+    @Test func p256SignaturesAreWrittenAsBoringSSLWritesThem() throws {
+        let key = P256.Signing.PrivateKey()
+        var raws: [[UInt8]] = (0..<2000).map { i in Array((try? key.signature(for: SHA256.hash(data: [UInt8(i & 0xff), UInt8(i >> 8)])))?.rawRepresentation ?? Data()) }
+        let one = [UInt8](repeating: 0, count: 31) + [1], top = [0x80] + [UInt8](repeating: 0x11, count: 31)
+        let short = [0, 0, 0x7f] + [UInt8](repeating: 0xee, count: 29), zeroTop = [0, 0x80] + [UInt8](repeating: 0x22, count: 30)
+        raws += [one + top, top + one, short + zeroTop, zeroTop + short, top + top]
+        var shortened = 0
+        for raw in raws {
+            #expect(raw.count == 64)
+            let reference = try P256.Signing.ECDSASignature(rawRepresentation: raw).derRepresentation
+            #expect(ECDSASignatureDER.encode(raw: raw) == Array(reference), "\(raw)")
+            if raw[0] == 0 || raw[32] == 0 { shortened += 1 }
+        }
+        #expect(shortened >= 4)
+        // A P-256 CA takes the direct signer; its leaves verify (the other algorithms: above).
+        let p256 = try TestCA(algorithm: .p256).material.authority
+        #expect(p256.p256IssuerKey != nil)
+        #expect(try TestCA(algorithm: .p384).material.authority.p256IssuerKey == nil)
+        let tbs = Array("to be signed".utf8)
+        let signature = try P256.Signing.ECDSASignature(derRepresentation: try p256.sign(tbs))
+        #expect(try #require(P256.Signing.PublicKey(p256.issuer.publicKey)).isValidSignature(signature, for: SHA256.hash(data: tbs)))
     }
 
     @Test func derLengthsTakeTheFewestOctets() {

@@ -148,3 +148,25 @@ enum DERWriter {
         time.appendDigits(to: &out, yearDigits: utc ? 2 : 4, separated: false)
     }
 }
+
+/// ECDSA-Sig-Value (`SEQUENCE { r INTEGER, s INTEGER }`, RFC 3279 §2.2.3) from a raw signature
+/// (r then s, each as many bytes as the curve's order).
+enum ECDSASignatureDER {
+    static func encode<Raw: Collection<UInt8>>(raw: Raw) -> [UInt8] {
+        let bytes = Array(raw)
+        let half = bytes.count / 2
+        var body: [UInt8] = []
+        body.reserveCapacity(bytes.count + 6)
+        for part in [bytes[..<half], bytes[half...]] {
+            // Minimal two's complement: no leading zero octets, one added when the top bit is set.
+            var value = part.drop(while: { $0 == 0 })
+            if value.isEmpty { value = part.suffix(1) }
+            let pad = value.first.map { $0 >= 0x80 } ?? false
+            body.append(0x02)
+            DERWriter.appendLength(value.count + (pad ? 1 : 0), to: &body)
+            if pad { body.append(0) }
+            body += value
+        }
+        return DERWriter.wrap(tag: 0x30, body)
+    }
+}

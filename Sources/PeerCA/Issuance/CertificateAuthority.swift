@@ -21,6 +21,9 @@ public struct CertificateAuthority: Sendable {
     public let issuer: Certificate
     /// The issuing key (private).
     let issuerKey: Certificate.PrivateKey
+    /// The same key as swift-crypto's P-256 key when it is one: signed with directly, without
+    /// swift-certificates' `Certificate.Signature` round trip (≈ 2 µs a certificate).
+    let p256IssuerKey: P256.Signing.PrivateKey?
     /// The algorithm the issuing key signs with.
     public let signatureAlgorithm: Certificate.SignatureAlgorithm
 
@@ -101,6 +104,13 @@ public struct CertificateAuthority: Sendable {
         self.issuer = issuer
         self.issuerKey = issuerKey
         self.signatureAlgorithm = PublicKeyKind(issuer.publicKey).signatureAlgorithm
+        if signatureAlgorithm == .ecdsaWithSHA256, let pem = try? issuerKey.serializeAsPEM(),
+            let key = try? P256.Signing.PrivateKey(derRepresentation: pem.derBytes), key.publicKey.rawRepresentation == P256.Signing.PublicKey(issuer.publicKey)?.rawRepresentation
+        {
+            p256IssuerKey = key
+        } else {
+            p256IssuerKey = nil
+        }
     }
 
     /// Loads a CA from PEM: the root certificate, the issuing certificate (the same text as the
@@ -127,6 +137,11 @@ public struct CertificateAuthority: Sendable {
 
     /// Signs `bytes` with the issuing key (for CRLs and OCSP responses).
     func sign(_ bytes: [UInt8]) throws(PeerCAError) -> [UInt8] {
+        if let p256IssuerKey {
+            do { return ECDSASignatureDER.encode(raw: try p256IssuerKey.signature(for: SHA256.hash(data: bytes)).rawRepresentation) } catch {
+                throw PeerCAError(.invalidCAMaterial, "the issuing key could not sign")
+            }
+        }
         do { return try issuerKey.sign(bytes: bytes, signatureAlgorithm: signatureAlgorithm).rawRepresentation } catch {
             throw PeerCAError(.invalidCAMaterial, "the issuing key could not sign")
         }
