@@ -170,7 +170,7 @@ enum IssuanceBench {
     static func limitRow(seconds: Double, reps: Int) async throws -> (IssuanceLimit, IssuanceResult) {
         let workload = try IssuanceWorkload()
         // A real leaf from the library, for its TBS (what the limit signs the digest of).
-        let leaf = try await withTemporaryLedger { ca, _ in try await workload.issue(0, with: ca(workload)).derBytes }
+        let leaf = try await withTemporaryLedger { ca, _, _ in try await workload.issue(0, with: ca(workload)).derBytes }
         let limit = try IssuanceLimit(csrs: workload.csrs, caKeyPEM: try workload.material.issuerKeyPEM(), leafDER: leaf)
         try limit.check(issuerCertificateDER: workload.material.authority.issuer.derBytes)
         let m = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue)
@@ -201,7 +201,7 @@ enum IssuanceBench {
         return IssuanceResult(
             name: name, rate: rate, p50: p50, p99: p99, issued: issued,
             notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
-                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
     }
 
     /// Runs this tokenbench again with `arguments` (under `taskset -c 0` when `pinToOneCPU`) and
@@ -238,10 +238,11 @@ enum IssuanceBench {
         let width = await PoolProbe.width()
         printNow("\(name): \(PoolProbe.describe(width))")
         let workload = try IssuanceWorkload()
-        let (result, rows) = try await withTemporaryLedger { ca, path in
+        let (result, rows) = try await withTemporaryLedger { ca, path, ledger in
             let authority = ca(workload)
             try await workload.check(with: authority)
             let cpuBefore = cpuSeconds(), wallBefore = nowNanoseconds(), writtenBefore = bytesWritten()
+            let commitsBefore = ledger.commitStatistics
             var result = try await IssuanceDriver.measure(name: name, window: window, seconds: seconds, reps: reps) { i in
                 _ = try await workload.issue(i, with: authority)
             }
@@ -249,9 +250,11 @@ enum IssuanceBench {
             // certificate, and as a share of the CPUs it may use.
             let cpu = cpuSeconds() - cpuBefore, wall = Double(nowNanoseconds() - wallBefore) / 1e9
             let written = Double(bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
+            let commits = ledger.commitStatistics
+            let perCommit = Double(commits.requests - commitsBefore.requests) / Double(max(commits.batches - commitsBefore.batches, 1))
             result.notes = String(
-                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f", 1e6 * cpu / Double(max(result.issued, 1)),
-                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written)
+                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f", 1e6 * cpu / Double(max(result.issued, 1)),
+                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit)
             return (result, try countRows(sqlitePath: path))
         }
         // The check's certificate, then every one the driver issued.
@@ -265,14 +268,14 @@ enum IssuanceBench {
     /// A durable SQLite ledger (synchronous=FULL, as shipped) in a new temporary directory,
     /// removed afterwards; `body` gets a maker of CAs on it and the file's path.
     static func withTemporaryLedger<T>(
-        _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String) async throws -> T
+        _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String, _ ledger: SQLiteLedger) async throws -> T
     ) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-issuance-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("ledger.sqlite").path
         let ledger = try SQLiteLedger(path: path)
-        return try await body({ PeerCertificateAuthority(authority: $0.material.authority, policy: $0.policy, ledger: ledger) }, path)
+        return try await body({ PeerCertificateAuthority(authority: $0.material.authority, policy: $0.policy, ledger: ledger) }, path, ledger)
     }
 
     /// Rows in an SQLite ledger's certificates table, read through a connection of our own.
