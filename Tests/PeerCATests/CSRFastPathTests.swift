@@ -171,11 +171,43 @@ struct CSRFastPathTests {
             for _ in 0..<(deepest - 6) { value = Self.tlv(0x30, value) }
             let subject = Self.tlv(0x30, Self.tlv(0x31, Self.tlv(0x30, [0x06, 0x03, 0x55, 0x04, 0x03] + value)))
             let info = Self.tlv(0x30, [0x02, 0x01, 0x00] + subject + Array(parts.subjectPublicKeyInfo) + Array(parts.attributes))
-            let request = Self.tlv(0x30, info + CSRFastPath.ecdsaWithSHA256 + Self.tlv(0x03, [0x00] + Array(parts.signature)))
+            let request = Self.tlv(0x30, info + CSRFastPath.ecdsaWithSHA256 + Self.tlv(0x03, [0x00] + Array(der[parts.signature])))
             #expect(StrictDER.fits(subject[...], depth: 3) == (deepest <= 50))
             Self.expectAgreement(request, "deepest node at \(deepest)")
             // At 50 the subject is read and the (unchanged) signature no longer matches; at 51 the request does not parse.
             #expect(Self.outcome(request, fastPath: true).hasPrefix(deepest <= 50 ? "bad_csr_signature" : "invalid_csr"))
         }
+    }
+    /// The signature's r and s are read from its DER as BoringSSL reads them: the same numbers for
+    /// every encoding both take, and none BoringSSL refuses.
+    @Test func signatureIntegersAreReadAsBoringSSLReadsThem() throws {
+        let key = P256.Signing.PrivateKey()
+        var encodings: [[UInt8]] = try (0..<1000).map { i in Array(try key.signature(for: SHA256.hash(data: [UInt8(i & 0xff), UInt8(i >> 8)])).derRepresentation) }
+        func integer(_ content: [UInt8]) -> [UInt8] { Self.tlv(0x02, content) }
+        let big = [UInt8](repeating: 0x7f, count: 32), top = [0x00, 0x80] + [UInt8](repeating: 1, count: 31)
+        let crafted: [[UInt8]] = [
+            integer([0]) + integer([1]), integer([1]) + integer([0x00, 0x80]), integer(big) + integer(top),
+            integer([0x80]) + integer([1]),  // negative
+            integer([0x00, 0x01]) + integer([1]),  // redundant leading zero
+            integer([0x01] + big) + integer([1]),  // 2^256 and more
+            integer([]) + integer([1]),  // empty
+            integer([1]), integer([1]) + integer([1]) + integer([1]),  // one, three
+        ]
+        encodings += crafted.map { Self.tlv(0x30, $0) }
+        encodings += [Self.tlv(0x31, integer([1]) + integer([1])), Self.tlv(0x30, integer([1]) + integer([1])) + [0]]
+        let tooLarge = Self.tlv(0x30, integer([0x01] + big) + integer([1]))
+        var read = 0
+        for der in encodings {
+            let boring = (try? P256.Signing.ECDSASignature(derRepresentation: der)).map { Array($0.rawRepresentation) }
+            if let mine = CSRFastPath.rawSignature(der, 0..<der.count) {
+                #expect(mine == boring, "\(der)")
+                read += 1
+            } else {
+                // Left to the generic parser: what BoringSSL refuses too, and numbers of 2^256 or more.
+                #expect(boring == nil || der == tooLarge, "\(der)")
+            }
+        }
+        // Every real signature and the three well-formed crafted ones.
+        #expect(read == 1003)
     }
 }

@@ -98,8 +98,8 @@ enum CSRFastPath {
         let subject: ArraySlice<UInt8>
         /// The attributes element (`[0]`, `a0 00` when there are none).
         let attributes: ArraySlice<UInt8>
-        /// The ECDSA-Sig-Value DER inside the signature BIT STRING.
-        let signature: ArraySlice<UInt8>
+        /// Where the ECDSA-Sig-Value DER lies inside the signature BIT STRING.
+        let signature: Range<Int>
     }
 
     /// `SEQUENCE { SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING 00 04 …`: 27 bytes, then X and Y.
@@ -133,7 +133,7 @@ enum CSRFastPath {
         guard bits.count >= 1, der[bits.lowerBound] == 0 else { return nil }
         return Request(
             subjectPublicKeyInfo: der[keyStart..<point.upperBound], point: der[(point.lowerBound - 1)..<point.upperBound], info: info,
-            subject: der[subjectStart..<subjectContents.upperBound], attributes: der[attributesStart..<attributes.upperBound], signature: der[(bits.lowerBound + 1)..<bits.upperBound])
+            subject: der[subjectStart..<subjectContents.upperBound], attributes: der[attributesStart..<attributes.upperBound], signature: (bits.lowerBound + 1)..<bits.upperBound)
     }
 
     /// The request's SubjectPublicKeyInfo when it is one this path covers and its self-signature
@@ -156,12 +156,37 @@ enum CSRFastPath {
             else { return nil }
         }
         guard let key = try? P256.Signing.PublicKey(x963Representation: request.point),
-            let signature = try? P256.Signing.ECDSASignature(derRepresentation: request.signature)
+            let raw = rawSignature(der, request.signature), let signature = try? P256.Signing.ECDSASignature(rawRepresentation: raw)
         else { return nil }
         guard key.isValidSignature(signature, for: SHA256.hash(data: request.info)) else {
             throw PeerCAError(.badCSRSignature, ValidatedCSR.badSignatureMessage)
         }
         return request.subjectPublicKeyInfo
+    }
+}
+
+extension CSRFastPath {
+    /// r and s of an ECDSA-Sig-Value (`SEQUENCE { INTEGER r, INTEGER s }`) at `range` of `der`, each
+    /// as 32 big-endian bytes; nil unless both are non-negative INTEGERs in their minimal encoding
+    /// below 2^256 (anything else is the generic parser's to judge). BoringSSL's own DER reader
+    /// accepts the same encodings; this one skips its conversion to numbers and back.
+    static func rawSignature(_ der: [UInt8], _ range: Range<Int>) -> [UInt8]? {
+        var outer = StrictDER(der, range)
+        guard let sequence = outer.contents(tag: 0x30), outer.atEnd else { return nil }
+        var reader = StrictDER(der, sequence)
+        var raw = [UInt8](repeating: 0, count: 64)
+        for half in 0..<2 {
+            guard let integer = reader.contents(tag: 0x02), !integer.isEmpty, der[integer.lowerBound] < 0x80 else { return nil }
+            var start = integer.lowerBound
+            if der[start] == 0, integer.count > 1 {
+                guard der[start + 1] >= 0x80 else { return nil }  // a redundant leading zero
+                start += 1
+            }
+            let length = integer.upperBound - start
+            guard length <= 32 else { return nil }
+            raw.replaceSubrange((32 * half + 32 - length)..<(32 * half + 32), with: der[start..<integer.upperBound])
+        }
+        return reader.atEnd ? raw : nil
     }
 }
 
