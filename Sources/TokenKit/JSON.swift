@@ -319,9 +319,9 @@ struct JSONParser {
                 let text: String?
                 if var bytes = unescaped.take() {
                     bytes.append(contentsOf: run)
-                    text = String(validating: bytes, as: UTF8.self)
+                    text = UTF8Text.validated(bytes)
                 } else {
-                    text = String(validating: run, as: UTF8.self)
+                    text = UTF8Text.validated(run)
                 }
                 guard let text else { throw TokenError(.invalidJSON, "string is not valid UTF-8 at byte \(start)") }
                 return text

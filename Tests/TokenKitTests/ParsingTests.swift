@@ -208,6 +208,39 @@ struct ParsingTests {
         #expect(throws: TokenError.self) { try JSONValue.parse(Array(#""ab"#.utf8) + [0xc3, 0x22]) }
     }
 
+    /// `UTF8Text.validated` (the JSON parser's strings) accepts exactly what the standard
+    /// library's `String(validating:as:)` does, and gives the same text: the edges of UTF-8
+    /// (overlong forms, surrogates, above U+10FFFF, truncated and stray continuation bytes) and
+    /// 60,000 random byte strings biased toward multi-byte sequences.
+    @Test func utf8ValidationAgreesWithTheStandardLibrary() {
+        let edges: [[UInt8]] = [
+            [], [0x41], [0x7f], [0x80], [0xbf], [0xc0, 0x80], [0xc1, 0xbf], [0xc2, 0x80], [0xdf, 0xbf], [0xe0, 0x80, 0x80], [0xe0, 0x9f, 0xbf],
+            [0xe0, 0xa0, 0x80], [0xed, 0x9f, 0xbf], [0xed, 0xa0, 0x80], [0xed, 0xbf, 0xbf], [0xee, 0x80, 0x80], [0xef, 0xbf, 0xbd], [0xef, 0xbf, 0xbf],
+            [0xf0, 0x8f, 0xbf, 0xbf], [0xf0, 0x90, 0x80, 0x80], [0xf4, 0x8f, 0xbf, 0xbf], [0xf4, 0x90, 0x80, 0x80], [0xf5, 0x80, 0x80, 0x80],
+            [0xff], [0xfe], [0xe2, 0x82], [0xf0, 0x9f, 0x98], [0x41, 0xc3], Array("héllo wörld 😀".utf8), Array(repeating: 0x61, count: 15),
+            Array(repeating: 0x61, count: 16), Array(repeating: 0x61, count: 15) + [0xc3, 0xa9], Array(repeating: 0x61, count: 300) + [0xed, 0xa0, 0x80],
+        ]
+        var generator = SystemRandomNumberGenerator()
+        let interesting: [UInt8] = [0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff]
+        var accepted = 0
+        for index in 0..<(edges.count + 60_000) {
+            let bytes: [UInt8] =
+                index < edges.count
+                ? edges[index]
+                : (0..<Int.random(in: 0...24, using: &generator)).map { _ in
+                    Bool.random(using: &generator) ? interesting.randomElement(using: &generator) ?? 0 : UInt8.random(in: 0...255, using: &generator)
+                }
+            let reference = String(validating: bytes, as: UTF8.self)
+            let fast = UTF8Text.validated(bytes)
+            if fast != reference {
+                Issue.record("\(bytes): \(String(describing: fast)) vs \(String(describing: reference))")
+                return
+            }
+            if fast != nil { accepted += 1 }
+        }
+        #expect(accepted > 2_000, "the random strings were almost all invalid; the comparison tested little")
+    }
+
     /// Object members come out sorted by name as `String` sorts them (non-ASCII names too).
     @Test func jsonWriterSortsMembers() throws {
         let names = ["b", "a", "é", "Z", "aa", "e\u{301}x", "😀", "", "A1", "a0"]
