@@ -3,6 +3,7 @@ import Foundation
 @_spi(Testing) @testable import PeerCA
 import TestSupport
 import Testing
+import TokenKit
 import X509
 
 /// The direct P-256 path (`CSRFastPath`) against swift-certificates' parser: for every request
@@ -126,6 +127,26 @@ struct CSRFastPathTests {
             Self.expectAgreement(Array(text.utf8), what)
         }
         #expect(padded > 0, "the key's CSR length gives no padding; the spare-bit case tested nothing")
+    }
+
+    /// The decoder on every body length from 1 to 300 bytes (every last-line length and both
+    /// paddings), written by TokenKit's PEM encoder; and bodies it must not take.
+    @Test func canonicalBodiesOfEveryLengthDecode() {
+        var generator = SystemRandomNumberGenerator()
+        for length in 1...300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let pem = Array(PEM.encode(label: "CERTIFICATE REQUEST", der: bytes).utf8)
+            #expect(CSRFastPath.canonicalPEMBody(pem) == bytes, "\(length) bytes")
+            // An '=' or a line end inside the body, or a character dropped from the first line.
+            let firstLine = CSRFastPath.armour[0].begin.count
+            for (what, damaged) in [
+                ("=", Array(pem[..<(firstLine + 1)]) + [0x3d] + Array(pem[(firstLine + 2)...])),
+                ("line end", Array(pem[..<(firstLine + 1)]) + [0x0a] + Array(pem[(firstLine + 2)...])),
+                ("dropped", Array(pem[..<firstLine]) + Array(pem[(firstLine + 1)...])),
+            ] where length > 3 {
+                #expect(CSRFastPath.canonicalPEMBody(damaged) == nil, "\(length) bytes, \(what)")
+            }
+        }
     }
 
     /// Every single-bit change at every byte, both ends of each byte, and every truncation.

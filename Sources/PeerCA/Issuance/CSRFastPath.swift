@@ -48,42 +48,53 @@ enum CSRFastPath {
         guard tail.starts(with: armour.end), tail.count == armour.end.count || (tail.count == armour.end.count + 1 && tail.last == 0x0A)
         else { return nil }
 
-        var out: [UInt8] = []
-        out.reserveCapacity((bodyEnd - bodyStart) / 4 * 3)
-        var column = 0, characters = 0, padding = 0
-        var group: UInt32 = 0
-        let values = base64Values
-        for index in bodyStart..<bodyEnd {
-            let character = bytes[index]
-            if character == 0x0A {
-                guard column == 64 || (index == bodyEnd - 1 && column > 0) else { return nil }
-                column = 0
-                continue
+        return bytes.withUnsafeBufferPointer { input in decodeLines(input, bodyStart..<bodyEnd) }
+    }
+
+    /// The canonical base64 lines at `range` (each ending in `\n`), decoded; nil if they are not.
+    private static func decodeLines(_ input: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> [UInt8]? {
+        // Lines of 64 characters plus `\n`, the last one 1…64: the line ends are where they must be.
+        let full = (range.count - 1) / 65
+        let lastLength = range.count - 65 * full - 1
+        guard lastLength >= 1 else { return nil }
+        var characters = 64 * full + lastLength
+        guard characters % 4 == 0 else { return nil }
+        for line in 0..<full where input[range.lowerBound + 65 * line + 64] != 0x0A { return nil }
+        // `=` padding (at most two) ends the last line; no other `=`.
+        let last = range.upperBound - 2
+        let padding = input[last] == UInt8(ascii: "=") ? (input[last - 1] == UInt8(ascii: "=") ? 2 : 1) : 0
+        guard characters - padding >= 2 else { return nil }
+        characters -= padding
+        return base64Values.withUnsafeBufferPointer { values -> [UInt8]? in
+            var out = [UInt8](repeating: 0, count: (characters + padding) / 4 * 3)
+            var valid = true
+            let written = out.withUnsafeMutableBufferPointer { out -> Int in
+                var group: UInt32 = 0, count = 0, o = 0
+                for index in range.lowerBound..<(range.upperBound - 1) where (index - range.lowerBound) % 65 != 64 {
+                    let value = count < characters ? values[Int(input[index])] : 0  // the padding stands for zero bits
+                    if count < characters, value > 63 {
+                        valid = false  // not base64 (a line end in the wrong place, or `=` before the end)
+                        return 0
+                    }
+                    group = group << 6 | UInt32(value)
+                    count += 1
+                    if count & 3 == 0 {
+                        out[o] = UInt8(truncatingIfNeeded: group >> 16)
+                        out[o + 1] = UInt8(truncatingIfNeeded: group >> 8)
+                        out[o + 2] = UInt8(truncatingIfNeeded: group)
+                        o += 3
+                        group = 0
+                    }
+                }
+                return o
             }
-            column += 1
-            guard column <= 64 else { return nil }
-            var value = values[Int(character)]
-            if value == 0xFE {
-                padding += 1
-                value = 0
-            } else if value == 0xFF || padding > 0 {
-                return nil  // not base64, or data after padding
+            guard valid, written == out.count else { return nil }
+            // The bytes the padding stands for hold the last character's spare bits: zero in canonical base64.
+            for _ in 0..<padding {
+                guard out.removeLast() == 0 else { return nil }
             }
-            group = group << 6 | UInt32(value)
-            characters += 1
-            if characters % 4 == 0 {
-                out.append(UInt8(truncatingIfNeeded: group >> 16))
-                out.append(UInt8(truncatingIfNeeded: group >> 8))
-                out.append(UInt8(truncatingIfNeeded: group))
-                group = 0
-            }
+            return out
         }
-        guard characters % 4 == 0, padding <= 2, characters - padding >= 2 else { return nil }
-        // The bytes the padding stands for hold the last character's spare bits: zero in canonical base64.
-        for _ in 0..<padding {
-            guard out.removeLast() == 0 else { return nil }
-        }
-        return out
     }
 
     /// A P-256 request's key and signed bytes, located in its DER.

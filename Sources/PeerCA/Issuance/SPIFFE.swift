@@ -15,7 +15,9 @@ public enum SPIFFE {
         let allowed = value.utf8.allSatisfy {
             (0x61...0x7a).contains($0) || (0x41...0x5a).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2e || $0 == 0x2d || $0 == 0x5f
         }
-        if allowed, !value.isEmpty, value != ".", value != "..", !value.hasPrefix("_x") { return value }
+        // On the UTF-8 bytes: String's hasPrefix and == compare Characters (grapheme breaking).
+        let bytes = value.utf8
+        if allowed, !bytes.isEmpty, !bytes.elementsEqual(".".utf8), !bytes.elementsEqual("..".utf8), !bytes.starts(with: "_x".utf8) { return value }
         return "_x" + Hex.encode(value.utf8)
     }
 
