@@ -7,7 +7,7 @@ public import X509
 /// Certificate serial numbers: unique, unpredictable, and in order of issuance.
 package enum SerialNumbers {
     /// 16 bytes: `0x40`, then the milliseconds since 1970 (48 bits, big-endian), then 72 random
-    /// bits from the system's CSPRNG (the CA/Browser Forum asks for at least 64). Positive and
+    /// bits from the kernel's CSPRNG (``KernelRandom``; the CA/Browser Forum asks for at least 64). Positive and
     /// never starting with a zero byte, so the DER INTEGER is always 16 bytes long.
     ///
     /// The time prefix makes serials (and their hex, the ledger's key) grow with time, so each new
@@ -16,15 +16,11 @@ package enum SerialNumbers {
     /// that grew with the ledger. Unpredictability comes from the 72 random bits; a repeat is
     /// refused by the ledger and drawn again.
     package static func random(now: Date = Date()) -> Certificate.SerialNumber {
-        var generator = SystemRandomNumberGenerator()
-        let high = generator.next() as UInt64
-        let low = generator.next() as UInt64
         let milliseconds = UInt64(max(0, now.timeIntervalSince1970 * 1000)) & 0xffff_ffff_ffff
         var bytes = [UInt8](repeating: 0, count: 16)
         bytes[0] = 0x40
         for i in 0..<6 { bytes[1 + i] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * i)) }
-        for i in 0..<8 { bytes[7 + i] = UInt8(truncatingIfNeeded: high >> (56 - 8 * i)) }
-        bytes[15] = UInt8(truncatingIfNeeded: low)
+        bytes.withUnsafeMutableBytes { KernelRandom.shared.fill(UnsafeMutableRawBufferPointer(rebasing: $0[7..<16])) }
         return Certificate.SerialNumber(bytes: bytes)
     }
 
