@@ -15,7 +15,8 @@ package final class GroupCommit<Request: Sendable>: Sendable {
 
     private struct Waiting: Sendable {
         let request: Request
-        let continuation: CheckedContinuation<Result<Void, PeerCAError>, Never>
+        /// Resumed exactly once, by `drain()` (unsafe: a checked one allocates a canary per request).
+        let continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>
     }
 
     private struct State: Sendable {
@@ -57,7 +58,7 @@ package final class GroupCommit<Request: Sendable>: Sendable {
 
     /// Writes `request` with whatever else is waiting, and returns once it is durable.
     package func submit(_ request: Request) async throws(PeerCAError) {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, PeerCAError>, Never>) in
+        let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>) in
             let starts = state.withLock { state -> Bool in
                 state.waiting.append(Waiting(request: request, continuation: continuation))
                 guard !state.writing else { return false }
