@@ -1,4 +1,8 @@
+#if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Strings from UTF-8 bytes that must be valid, without `String(validating:as:)`'s cost: that
 /// initializer is generic over the encoding and looks up generic metadata at run time on every

@@ -186,6 +186,7 @@ struct IssuanceTests {
     /// 20,000 draws of 9 bytes (44 refills) with no repeat and every byte value about equally
     /// often, from several threads at once; a request over 512 bytes is served too.
     @Test func kernelRandomBytesAreServedOnceAndUniform() async {
+        let before = KernelRandom.shared.statistics
         let draws = await withTaskGroup(of: [[UInt8]].self) { group in
             for _ in 0..<4 {
                 group.addTask {
@@ -199,6 +200,10 @@ struct IssuanceTests {
             return await group.reduce(into: []) { $0 += $1 }
         }
         #expect(Set(draws).count == 20_000)
+        // Served from /dev/random in 4 KiB blocks (other tests draw serials at the same time: at least 43 refills), never by the fallback.
+        let after = KernelRandom.shared.statistics
+        #expect(after.refills - before.refills >= 43)
+        #expect(after.fallbacks == before.fallbacks)
         var counts = [Int](repeating: 0, count: 256)
         for draw in draws { for byte in draw { counts[Int(byte)] += 1 } }
         // 180,000 bytes: about 703 of each value; a fair source stays well inside 500…900.
@@ -206,6 +211,7 @@ struct IssuanceTests {
         var large = [UInt8](repeating: 0, count: 1000)
         large.withUnsafeMutableBytes { KernelRandom.shared.fill($0) }
         #expect(Set(large).count > 200)
+        #expect(KernelRandom.shared.statistics.fallbacks == after.fallbacks + 1)
     }
 
     /// Hex: two lower-case digits per byte, the same text `String(format: "%02x")` gives.

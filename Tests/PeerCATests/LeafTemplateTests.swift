@@ -135,14 +135,14 @@ struct LeafTemplateTests {
         let one = [UInt8](repeating: 0, count: 31) + [1], top = [0x80] + [UInt8](repeating: 0x11, count: 31)
         let short = [0, 0, 0x7f] + [UInt8](repeating: 0xee, count: 29), zeroTop = [0, 0x80] + [UInt8](repeating: 0x22, count: 30)
         raws += [one + top, top + one, short + zeroTop, zeroTop + short, top + top]
-        var shortened = 0
         for raw in raws {
             #expect(raw.count == 64)
             let reference = try P256.Signing.ECDSASignature(rawRepresentation: raw).derRepresentation
             #expect(ECDSASignatureDER.encode(raw: raw) == Array(reference), "\(raw)")
-            if raw[0] == 0 || raw[32] == 0 { shortened += 1 }
         }
-        #expect(shortened >= 4)
+        // Among the real signatures, some r or s shorter than 32 bytes (each about 1 in 256): the
+        // leading-zero case was met by signatures, not only by the crafted values.
+        #expect(raws.prefix(2000).contains { $0[0] == 0 || $0[32] == 0 })
         // A P-256 CA takes the direct signer; its leaves verify (the other algorithms: above).
         let p256 = try TestCA(algorithm: .p256).material.authority
         #expect(p256.p256IssuerKey != nil)

@@ -33,8 +33,8 @@ enum CSRFastPath {
     }()
 
     /// The DER inside a PEM CSR laid out canonically: the BEGIN line first, then base64 lines of
-    /// exactly 64 characters each ending in `\n` but the last (1 to 64, `=`-padded to a multiple of
-    /// 4, zero bits after the data), then the END line, then at most one `\n`. Nil for any other
+    /// exactly 64 characters each ending in `\n`, the last one 4 to 64 (a multiple of 4, `=`-padded,
+    /// zero bits after the data), then the END line, then at most one `\n`. Nil for any other
     /// layout: swift-asn1's `PEMDocument` (the generic path) accepts all of these and more, and
     /// decodes them to the same bytes.
     static func canonicalPEMBody(_ bytes: [UInt8]) -> [UInt8]? {
@@ -179,8 +179,11 @@ enum CSRFastPath {
 extension CSRFastPath {
     /// r and s of an ECDSA-Sig-Value (`SEQUENCE { INTEGER r, INTEGER s }`) at `range` of `der`, each
     /// as 32 big-endian bytes; nil unless both are non-negative INTEGERs in their minimal encoding
-    /// below 2^256 (anything else is the generic parser's to judge). BoringSSL's own DER reader
-    /// accepts the same encodings; this one skips its conversion to numbers and back.
+    /// below 2^256 (anything else is the generic parser's to judge). Those are the encodings the
+    /// generic path reads to the same 32 bytes (swift-asn1's INTEGER as bytes, a leading zero
+    /// dropped, padded to 32 by swift-certificates); the values are those BoringSSL's DER reader
+    /// gives (`signatureIntegersAreReadAsBoringSSLReadsThem`). Going through BoringSSL's reader
+    /// instead cost a conversion to numbers and back.
     static func rawSignature(_ der: [UInt8], _ range: Range<Int>) -> [UInt8]? {
         var outer = StrictDER(der, range)
         guard let sequence = outer.contents(tag: 0x30), outer.atEnd else { return nil }

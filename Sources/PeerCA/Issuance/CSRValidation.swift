@@ -46,9 +46,10 @@ public struct ValidatedCSR: Sendable {
     /// Parses and checks a CSR given as PEM text (labels `CERTIFICATE REQUEST` or
     /// `NEW CERTIFICATE REQUEST`) or DER bytes.
     ///
-    /// The usual request — a P-256 key, ECDSA-SHA256, no attributes, canonical PEM or DER — is
-    /// checked by reading its DER directly; any other goes through swift-certificates' parser.
-    /// Both give the same result for the requests the first accepts.
+    /// The usual request — a P-256 key signed with ECDSA-SHA256, in canonical PEM or DER,
+    /// whatever its subject and attributes (those are checked by swift-certificates' parsers for
+    /// them) — is checked by reading its DER directly; any other goes through swift-certificates'
+    /// parser. Both give the same result for the requests the first accepts.
     public init(_ bytes: [UInt8]) throws(PeerCAError) {
         try self.init(bytes, fastPath: true)
     }

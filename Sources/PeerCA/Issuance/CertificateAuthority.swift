@@ -135,7 +135,8 @@ public struct CertificateAuthority: Sendable {
         try self.init(root: root, issuer: issuer, issuerKey: key)
     }
 
-    /// Signs `bytes` with the issuing key (for CRLs and OCSP responses).
+    /// Signs `bytes` (a leaf's TBSCertificate, a CRL's or an OCSP response's signed part) with the
+    /// issuing key: the signature's DER.
     func sign(_ bytes: [UInt8]) throws(PeerCAError) -> [UInt8] {
         if let p256IssuerKey {
             do { return ECDSASignatureDER.encode(raw: try p256IssuerKey.signature(for: SHA256.hash(data: bytes)).rawRepresentation) } catch {
