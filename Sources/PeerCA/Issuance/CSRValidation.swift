@@ -19,7 +19,7 @@ public struct ValidatedCSR: Sendable {
             do { return try CertificateSigningRequest(derEncoded: derBytes) } catch { throw PeerCAError(.invalidCSR, "the CSR does not parse") }
         }
     }
-    /// The key to certify, parsed from ``subjectPublicKeyInfo``.
+    /// The key to certify, parsed from its SubjectPublicKeyInfo.
     public var publicKey: Certificate.PublicKey {
         get throws(PeerCAError) {
             do { return try Certificate.PublicKey(derEncoded: subjectPublicKeyInfo) } catch { throw PeerCAError(.unsupportedKey, "the CSR's key does not parse") }
