@@ -31,7 +31,7 @@ enum LedgerGrowth {
     /// Distinct accounts the synthetic rows are spread over.
     static let accounts = 2_000_000
 
-    static func run(sizes: [Int], store: String, seconds: Double, reps: Int, window: Int) async throws {
+    static func run(sizes: [Int], store: String, seconds: Double, reps: Int, window: Int, pairs: Int = 0) async throws {
         var logger = Logger(label: "tokenbench")
         logger.logLevel = .warning
         var temporary: URL?
@@ -91,8 +91,50 @@ enum LedgerGrowth {
                 if let first, curve.count > 1 {
                     printNow("  rate / rate at \(curve[0].0) rows: " + curve.map { String(format: "%d rows %.2f", $0.0, $0.1 / first) }.joined(separator: ", "))
                 }
+                if pairs > 0, let largest = curve.last, largest.0 > 0 {
+                    if case .sqlite = location {
+                        try alternate(pairs: pairs, filled: location.url, rows: largest.0, seconds: seconds, reps: reps, window: window)
+                    } else {
+                        printNow("  --growth-pairs: only for SQLite ledgers")
+                    }
+                }
             }
         }
+    }
+
+    /// `pairs` pairs of children: one on a new, empty ledger (in a temporary directory, removed
+    /// after), one on the filled ledger at `filled`; the order swapped every pair, so neither side
+    /// always runs first. Prints each pair and the median of the ratios (filled / empty).
+    static func alternate(pairs: Int, filled: String, rows: Int, seconds: Double, reps: Int, window: Int) throws {
+        printNow("  alternated: a new empty ledger and the \(rows)-row one, \(pairs) pairs, each side in its own child")
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-pairs-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        var ratios: [Double] = []
+        for pair in 0..<pairs {
+            let empty = scratch.appendingPathComponent("empty-\(pair)")
+            try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: empty) }
+            let emptyStore = "sqlite:" + empty.appendingPathComponent("ledger.sqlite").path
+            var emptyResult: Measurement
+            let filledResult: Measurement
+            if pair % 2 == 0 {
+                emptyResult = try child(store: emptyStore, seconds: seconds, reps: reps, window: window)
+                filledResult = try child(store: filled, seconds: seconds, reps: reps, window: window)
+            } else {
+                filledResult = try child(store: filled, seconds: seconds, reps: reps, window: window)
+                emptyResult = try child(store: emptyStore, seconds: seconds, reps: reps, window: window)
+            }
+            let ratio = filledResult.rate / emptyResult.rate
+            ratios.append(ratio)
+            printNow(String(
+                format: "  pair %d (%@ first): empty %.0f certs/s (p99 %.3f ms, CPU %.0f µs), %d rows %.0f certs/s (p99 %.3f ms, CPU %.0f µs): %.2f",
+                pair + 1, pair % 2 == 0 ? "empty" : "filled", emptyResult.rate, emptyResult.p99, emptyResult.cpuMicroseconds, rows, filledResult.rate,
+                filledResult.p99, filledResult.cpuMicroseconds, ratio))
+        }
+        let sorted = ratios.sorted()
+        let median = sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        printNow(String(format: "  alternated: %d rows / empty, median of %d pairs %.2f (lowest %.2f, highest %.2f)", rows, ratios.count, median, sorted[0], sorted[sorted.count - 1]))
     }
 
     /// The filler of the store at `location`.

@@ -65,6 +65,9 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "The ledger --ledger-growth fills: sqlite (a temporary file, removed afterwards), sqlite:PATH (kept), or postgres://user@host:port/database.")
     var ledgerStore: String = "sqlite"
 
+    @Option(help: "After the --ledger-growth sweep (SQLite), this many pairs: a new empty ledger and the largest filled one, measured alternately (each in its own child, the order swapped every pair), with each pair's ratio and their median. The sweep measures each size once, minutes apart; the pairs take the machine's drift out of the ratio.")
+    var growthPairs: Int = 0
+
     @Flag(help: .hidden)
     var ledgerGrowthChild = false
 
@@ -86,7 +89,8 @@ struct TokenBench: AsyncParsableCommand {
             return
         }
         if let ledgerGrowth {
-            try await LedgerGrowth.run(sizes: try LedgerGrowth.parseSizes(ledgerGrowth), store: ledgerStore, seconds: seconds, reps: reps, window: window)
+            try await LedgerGrowth.run(
+                sizes: try LedgerGrowth.parseSizes(ledgerGrowth), store: ledgerStore, seconds: seconds, reps: reps, window: window, pairs: growthPairs)
             return
         }
         if let peersCheck {
