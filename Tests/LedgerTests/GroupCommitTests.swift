@@ -150,9 +150,9 @@ struct GroupCommitTests {
         let reopened = try SQLiteLedger(path: path)
         try await reopened.record(entry("4000"), claiming: nil)
         #expect(try reopened.writerPragma("synchronous") == 2)
-        // Checkpoints every 10,000 WAL pages, and the WAL cut back to 64 MiB after one.
-        #expect(try reopened.writerPragma("wal_autocheckpoint") == 10_000)
-        #expect(try reopened.writerPragma("journal_size_limit") == 67_108_864)
+        // The writer checkpoints every 40,000 WAL pages, and cuts the WAL back to 192 MiB after one.
+        #expect(try reopened.writerPragma("wal_autocheckpoint") == 40_000)
+        #expect(try reopened.writerPragma("journal_size_limit") == 201_326_592)
         // A 16 MiB page cache for the writer (negative: KiB), SQLite's default being 2 MiB.
         #expect(try reopened.writerPragma("cache_size") == -16_384)
     }

@@ -80,12 +80,31 @@ struct WALBufferTests {
         #expect(try await plain.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") } == "ok")
     }
 
-    /// Checkpoints run beside the writer: after 2,048 certificates a second connection copies the
-    /// committed frames into the database file, long before the writer's own checkpoint (at 10,000
-    /// frames, which these ≈ 2,500 small rows do not reach) would have.
-    @Test func committedFramesReachTheDatabaseFileWithoutTheWritersCheckpoint() async throws {
+    /// By default the background checkpoint waits for 8,192 certificates: 2,560 start none.
+    @Test func theDefaultCheckpointIntervalIsLongerThanTwoThousandCertificates() async throws {
         let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
         let ledger = try SQLiteLedger(path: path)
+        for round in 0..<40 {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<64 {
+                    let serial = String(format: "7%02x%03x", round, i)
+                    group.addTask { try await ledger.record(entry(serial, subject: "spiffe://app/idp/u\(i)", commonName: "u\(i)"), claiming: nil) }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(ledger.checkpointStatistics.checkpoints == 0)
+        #expect(ledger.commitStatistics.requests == 40 * 64)
+    }
+
+    /// Checkpoints run beside the writer: after 2,048 certificates (the interval lowered from
+    /// 8,192 for the test) a second connection copies the committed frames into the database
+    /// file, long before the writer's own checkpoint (at 40,000 frames, which these ≈ 2,500 small
+    /// rows do not reach) would have.
+    @Test func committedFramesReachTheDatabaseFileWithoutTheWritersCheckpoint() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path, checkpointEvery: 2048)
         func fileSize() throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1 }
         let initial = try fileSize()
         for round in 0..<40 {

@@ -14,7 +14,7 @@ import Synchronization
 /// Where SQLite reads `file:` URIs (Debian's does), the file is opened through the
 /// "tokentool-walbuffer" VFS, which writes each commit's WAL frames in one call before the
 /// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
-/// WAL into the file every 2,048 certificates, off the commit path.
+/// WAL into the file every 8,192 certificates, off the commit path.
 ///
 /// Indexed: the serial (primary key), the account (CN) by expiry day (`(expiry_day, common_name)`:
 /// new entries land among those expiring the same day, not across the whole history), and the
@@ -34,7 +34,13 @@ public final class SQLiteLedger: CertificateLedger {
     private let checkpoints: BackgroundCheckpoints
 
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date.
-    public init(path: String) throws(PeerCAError) {
+    public convenience init(path: String) throws(PeerCAError) {
+        try self.init(path: path, checkpointEvery: BackgroundCheckpoints.defaultInterval)
+    }
+
+    /// `checkpointEvery`: the certificates recorded between two background checkpoints (tests
+    /// lower it to see one happen).
+    package init(path: String, checkpointEvery: Int) throws(PeerCAError) {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         let location = SQLiteLedger.connectionPath(path)
@@ -44,12 +50,15 @@ public final class SQLiteLedger: CertificateLedger {
             // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
             // commit unflushed (a power loss could lose certificates already handed out).
             //
-            // Checkpoints every 10,000 WAL pages (≈ 40 MiB) instead of SQLite's 1,000: a checkpoint
-            // runs on the committing connection, in the way of the next batch, and copies every page
-            // changed since the last one; a longer interval copies the hot pages (the tail of the
-            // table and its serial index, the index roots) once for many commits. tokenbench
-            // --issuance-stages --filter ledger: 34–37 → 30 µs CPU per record, 19–21 k → 25–27 k
-            // records/s on one core. The WAL is truncated back to 64 MiB after a checkpoint.
+            // The writer's own checkpoint at 40,000 WAL pages (≈ 160 MiB) instead of SQLite's 1,000:
+            // it runs on the committing connection, in the way of the next batch, and copies every
+            // page changed since the last checkpoint; a longer interval copies the hot pages (the
+            // tail of the table and its serial index, the day's region of the account index) once
+            // for many commits, and the background checkpoints (``BackgroundCheckpoints``) leave
+            // it little to copy. tokenbench --issuance-stages --filter ledger (at 10,000): 34–37 →
+            // 30 µs CPU per record on one core. The WAL is cut back to 192 MiB after a checkpoint:
+            // above what it reaches between two, so it is overwritten in place instead of shrunk
+            // and grown again (every growth a metadata write in the commit's flush).
             //
             // A 16 MiB page cache for the writer (SQLite's default is 2 MiB): the pages every batch
             // touches — the table's and the serial index's tails, the day's region of the account
@@ -58,7 +67,7 @@ public final class SQLiteLedger: CertificateLedger {
             // certificate with 2 MiB). tokenbench --ledger-growth on a 10 M-row ledger, alternated
             // with an empty one: 0.84–0.87 → 0.93–0.95 of the empty rate; RSS + 17 MB.
             try pool.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864; PRAGMA cache_size = -16384")
+                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 40000; PRAGMA journal_size_limit = 201326592; PRAGMA cache_size = -16384")
             }
             var migrator = DatabaseMigrator()
             migrator.registerMigration("v1") { db in
@@ -164,7 +173,7 @@ public final class SQLiteLedger: CertificateLedger {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
         do {
-            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: location, configuration: configuration))
+            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: location, configuration: configuration), every: checkpointEvery)
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path) for checkpoints: \(SQLiteLedger.describe(error))")
         }
@@ -465,15 +474,25 @@ public final class SQLiteLedger: CertificateLedger {
     }
 }
 
-/// Checkpoints off the commit path: after every 2,048 recorded certificates (≈ 4,000 WAL frames), a
-/// second connection copies the committed frames into the database file (`PASSIVE`: it never
-/// waits for, nor blocks, the writer), on GRDB's queue for that connection. The writer's own
-/// automatic checkpoint (every 10,000 frames) is left on: it finds most frames copied already, so
-/// it is short, and it is what lets the next transaction restart the WAL from its beginning (a
-/// passive checkpoint running beside constant writes never catches up with the last frame).
-/// Before, each checkpoint ran inside the commit that crossed the threshold, copying ≈ 10,000
-/// pages while that batch's callers (and every request queued behind it) waited.
+/// Checkpoints off the commit path: after every 8,192 recorded certificates (≈ 9,000 WAL frames at
+/// 64 per commit), a second connection copies the committed frames into the database file
+/// (`PASSIVE`: it never waits for, nor blocks, the writer), on GRDB's queue for that connection.
+/// The writer's own automatic checkpoint (every 40,000 frames) is left on: it finds most frames
+/// copied already, so it is short, and it is what lets the next transaction restart the WAL from
+/// its beginning (a passive checkpoint running beside constant writes never catches up with the
+/// last frame). Before, each checkpoint ran inside the commit that crossed the threshold, copying
+/// ≈ 10,000 pages while that batch's callers (and every request queued behind it) waited.
+///
+/// Every 2,048 certificates with the writer's at 10,000 frames until the eighth session: on a
+/// 10 M-row ledger, where the day's region of the account index lies among 9 GB of older pages, the
+/// copies are random writes and the writer's checkpoints stalled its batches — p99 26 ms against 7
+/// on an empty ledger (tokenbench --ledger-growth 10M --growth-pairs 3: 14,900 certificates/s,
+/// 0.89–0.98 of an empty ledger's rate). At 8,192 and 40,000: p99 7–8 ms, 15,500–15,700/s, 0.90–0.95,
+/// and the empty ledger's rate up too (16,400–16,750 → 16,500–17,200).
 package final class BackgroundCheckpoints: Sendable {
+    /// The certificates between two background checkpoints, unless a test asks otherwise.
+    package static let defaultInterval = 8192
+
     package struct Statistics: Sendable, Equatable {
         /// Checkpoints run, and the frames the last one left copied (SQLite's count).
         package var checkpoints = 0
@@ -491,7 +510,7 @@ package final class BackgroundCheckpoints: Sendable {
     private let state = Mutex(State())
     private let every: Int
 
-    init(connection: DatabaseQueue, every: Int = 2048) {
+    init(connection: DatabaseQueue, every: Int = BackgroundCheckpoints.defaultInterval) {
         self.connection = connection
         self.every = every
     }
@@ -514,7 +533,7 @@ package final class BackgroundCheckpoints: Sendable {
             do {
                 copied = try await connection.writeWithoutTransaction { db in try db.checkpoint(.passive).checkpointedFrameCount }
             } catch {
-                copied = nil  // busy or failing: the writer's own checkpoint still runs at 10,000 frames
+                copied = nil  // busy or failing: the writer's own checkpoint still runs at 40,000 frames
             }
             state.withLock { state in
                 state.running = false
