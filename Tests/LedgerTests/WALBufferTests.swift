@@ -80,10 +80,8 @@ struct WALBufferTests {
         #expect(try await plain.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") } == "ok")
     }
 
-    /// By default the background checkpoint waits for 8,192 certificates: 2,560 start none.
-    @Test func theDefaultCheckpointIntervalIsLongerThanTwoThousandCertificates() async throws {
-        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
-        let ledger = try SQLiteLedger(path: path)
+    /// Records 40 rounds of 64 certificates (64 accounts), each round's 64 at once: 2,560 in all.
+    private func recordInRounds(_ ledger: SQLiteLedger) async throws {
         for round in 0..<40 {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for i in 0..<64 {
@@ -93,6 +91,13 @@ struct WALBufferTests {
                 try await group.waitForAll()
             }
         }
+    }
+
+    /// By default the background checkpoint waits for 8,192 certificates: 2,560 start none.
+    @Test func theDefaultCheckpointIntervalIsLongerThanTwoThousandCertificates() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        try await recordInRounds(ledger)
         try await Task.sleep(for: .milliseconds(300))
         #expect(ledger.checkpointStatistics.checkpoints == 0)
         #expect(ledger.commitStatistics.requests == 40 * 64)
@@ -107,15 +112,7 @@ struct WALBufferTests {
         let ledger = try SQLiteLedger(path: path, checkpointEvery: 2048)
         func fileSize() throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1 }
         let initial = try fileSize()
-        for round in 0..<40 {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for i in 0..<64 {
-                    let serial = String(format: "7%02x%03x", round, i)
-                    group.addTask { try await ledger.record(entry(serial, subject: "spiffe://app/idp/u\(i)", commonName: "u\(i)"), claiming: nil) }
-                }
-                try await group.waitForAll()
-            }
-        }
+        try await recordInRounds(ledger)
         let deadline = ContinuousClock.now + .seconds(60)
         while ledger.checkpointStatistics.checkpoints == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         #expect(ledger.checkpointStatistics.checkpoints >= 1)
