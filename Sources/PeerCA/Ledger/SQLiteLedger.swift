@@ -494,6 +494,8 @@ package final class BackgroundCheckpoints: Sendable {
     package static let defaultInterval = 8192
 
     package struct Statistics: Sendable, Equatable {
+        /// Checkpoints started (counted when the interval is reached, before the checkpoint runs).
+        package var started = 0
         /// Checkpoints run, and the frames the last one left copied (SQLite's count).
         package var checkpoints = 0
         package var lastCopiedFrames = 0
@@ -525,6 +527,7 @@ package final class BackgroundCheckpoints: Sendable {
             guard state.pending >= every, !state.running else { return false }
             state.pending = 0
             state.running = true
+            state.statistics.started += 1
             return true
         }
         guard start else { return }
