@@ -116,25 +116,20 @@ enum LedgerGrowth {
             try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: empty) }
             let emptyStore = "sqlite:" + empty.appendingPathComponent("ledger.sqlite").path
-            var emptyResult: Measurement
-            let filledResult: Measurement
-            if pair % 2 == 0 {
-                emptyResult = try child(store: emptyStore, seconds: seconds, reps: reps, window: window)
-                filledResult = try child(store: filled, seconds: seconds, reps: reps, window: window)
-            } else {
-                filledResult = try child(store: filled, seconds: seconds, reps: reps, window: window)
-                emptyResult = try child(store: emptyStore, seconds: seconds, reps: reps, window: window)
-            }
+            let emptyFirst = pair % 2 == 0
+            let first = try child(store: emptyFirst ? emptyStore : filled, seconds: seconds, reps: reps, window: window)
+            let second = try child(store: emptyFirst ? filled : emptyStore, seconds: seconds, reps: reps, window: window)
+            let (emptyResult, filledResult) = emptyFirst ? (first, second) : (second, first)
             let ratio = filledResult.rate / emptyResult.rate
             ratios.append(ratio)
             printNow(String(
                 format: "  pair %d (%@ first): empty %.0f certs/s (p99 %.3f ms, CPU %.0f µs), %d rows %.0f certs/s (p99 %.3f ms, CPU %.0f µs): %.2f",
-                pair + 1, pair % 2 == 0 ? "empty" : "filled", emptyResult.rate, emptyResult.p99, emptyResult.cpuMicroseconds, rows, filledResult.rate,
+                pair + 1, emptyFirst ? "empty" : "filled", emptyResult.rate, emptyResult.p99, emptyResult.cpuMicroseconds, rows, filledResult.rate,
                 filledResult.p99, filledResult.cpuMicroseconds, ratio))
         }
-        let sorted = ratios.sorted()
-        let median = sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
-        printNow(String(format: "  alternated: %d rows / empty, median of %d pairs %.2f (lowest %.2f, highest %.2f)", rows, ratios.count, median, sorted[0], sorted[sorted.count - 1]))
+        printNow(String(
+            format: "  alternated: %d rows / empty, median of %d pairs %.2f (lowest %.2f, highest %.2f)", rows, ratios.count, median(ratios),
+            ratios.min() ?? 0, ratios.max() ?? 0))
     }
 
     /// The filler of the store at `location`.
