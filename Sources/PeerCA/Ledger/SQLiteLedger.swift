@@ -512,7 +512,7 @@ package final class BackgroundCheckpoints: Sendable {
     private let state = Mutex(State())
     private let every: Int
 
-    init(connection: DatabaseQueue, every: Int = BackgroundCheckpoints.defaultInterval) {
+    init(connection: DatabaseQueue, every: Int) {
         self.connection = connection
         self.every = every
     }
