@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import PeerCA
 import TestSupport
+import Synchronization
 import Testing
 
 /// The SQLite ledger's indexes as the issuance path and the lookups use them.
@@ -100,6 +101,63 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.entry(serial: "4d01")?.status == .valid)
         #expect(try await ledger.entry(serial: "4e00")?.status == .valid)
         #expect(try await ledger.revokeAccount("a", reason: .cessationOfOperation, at: now).isEmpty)
+    }
+
+    /// Several ledgers opening one new file at once (two `tokentool` processes started together,
+    /// say) all open it: the schema's migrations run once, whoever runs them, and no opener fails
+    /// because another one applied a migration between its reading what was applied and its
+    /// applying the rest.
+    @Test func concurrentOpenersOfANewFileAllOpenIt() async throws {
+        for round in 0..<8 {
+            let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+            let outcomes = openAtOnce(path, openers: 6)
+            #expect(outcomes.isEmpty, "round \(round): \(outcomes)")
+            let ledger = try SQLiteLedger(path: path)
+            try await ledger.record(entry("4d\(round)"), claiming: nil)
+            #expect(try await ledger.entry(serial: "4d\(round)") != nil)
+            let queue = try DatabaseQueue(path: path)
+            let migrations = try await queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM grdb_migrations") }
+            #expect(migrations == 6)
+        }
+    }
+
+    /// What no other opener explains is refused at once, not retried for the 30 s that openers
+    /// of one new file get: a file that is not an SQLite database, a directory that is missing.
+    @Test func aFileThatIsNotALedgerIsRefusedAtOnce() throws {
+        let directory = try temporaryDirectory()
+        let notALedger = directory.appendingPathComponent("notes.txt")
+        try Data(repeating: 0x41, count: 8192).write(to: notALedger)
+        for path in [notALedger.path, directory.appendingPathComponent("missing/ledger.sqlite").path] {
+            let started = ContinuousClock.now
+            #expect {
+                _ = try SQLiteLedger(path: path)
+            } throws: { error in
+                guard let error = error as? PeerCAError else { return false }
+                return error.code == .ledger && error.message.contains("cannot open the ledger at \(path)")
+            }
+            #expect(ContinuousClock.now - started < .seconds(5), "\(path)")
+        }
+    }
+
+    /// Opens `openers` ledgers on `path` at once, each on a thread of its own (each blocks in
+    /// SQLite's busy wait as a process would; Swift's pool, two threads here, would serialise
+    /// them), and returns the errors.
+    private func openAtOnce(_ path: String, openers: Int) -> [String] {
+        let failures = Mutex<[String]>([])
+        let done = DispatchGroup()
+        for _ in 0..<openers {
+            done.enter()
+            Thread {
+                do {
+                    _ = try SQLiteLedger(path: path)
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+                done.leave()
+            }.start()
+        }
+        done.wait()
+        return failures.withLock { $0 }
     }
 
     /// The steps SQLite plans for a whole statement.

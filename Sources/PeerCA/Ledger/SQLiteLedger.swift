@@ -33,7 +33,10 @@ public final class SQLiteLedger: CertificateLedger {
     /// Copies committed WAL frames into the database file on a connection of its own.
     private let checkpoints: BackgroundCheckpoints
 
-    /// Opens (creating if needed) the ledger at `path` and brings its schema up to date.
+    /// Opens (creating if needed) the ledger at `path` and brings its schema up to date. Another
+    /// process creating or migrating the same file at that moment is waited for (up to 30 s);
+    /// a file that is not a ledger, or a missing directory, throws at once
+    /// (``PeerCAError/Code/ledger``).
     public convenience init(path: String) throws(PeerCAError) {
         try self.init(path: path, checkpointEvery: BackgroundCheckpoints.defaultInterval)
     }
@@ -45,7 +48,11 @@ public final class SQLiteLedger: CertificateLedger {
         configuration.busyMode = .timeout(10)
         let location = SQLiteLedger.connectionPath(path)
         do {
-            pool = try DatabasePool(path: location, configuration: configuration)
+            // Another opener of the same file (another process, or another ledger in this one) may
+            // be creating or migrating it at this moment: see ``openingBesideOthers(_:configuration:_:)``.
+            pool = try SQLiteLedger.openingBesideOthers(location, configuration: configuration) {
+                try DatabasePool(path: location, configuration: configuration)
+            }
             // After the pool is open: DatabasePool puts its writer in WAL mode with its own
             // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
             // commit unflushed (a power loss could lose certificates already handed out).
@@ -159,8 +166,8 @@ public final class SQLiteLedger: CertificateLedger {
             // account the SPIFFE ID names (``expiryDays``; 10–21 ms on a 10 M-row ledger spread over
             // a year, where it was one seek; more as the history grows); ending an account's
             // sessions probes only the days not yet past. Built from the table on migration: ≈ 20 s
-            // for 10 M rows, in the write transaction (another process opening meanwhile waits for
-            // its 10 s busy timeout and may fail).
+            // for 10 M rows, in the write transaction (another process opening meanwhile waits,
+            // retrying for up to 30 s: ``openingBesideOthers(_:configuration:_:)``).
             migrator.registerMigration("v6") { db in
                 try db.execute(sql: """
                     ALTER TABLE certificates ADD COLUMN expiry_day INTEGER GENERATED ALWAYS AS (CAST(not_after / 86400 AS INTEGER)) VIRTUAL;
@@ -168,7 +175,7 @@ public final class SQLiteLedger: CertificateLedger {
                     DROP INDEX IF EXISTS certificates_common_name;
                     """)
             }
-            try migrator.migrate(pool)
+            try SQLiteLedger.openingBesideOthers(location, configuration: configuration) { [pool] in try migrator.migrate(pool) }
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
@@ -466,6 +473,40 @@ public final class SQLiteLedger: CertificateLedger {
             der: Array(der), status: status, provider: try row.decode(String?.self, forColumn: "provider"),
             sessionStart: try row.decode(Double?.self, forColumn: "session_start").map { Date(timeIntervalSince1970: $0) },
             renewalOf: try row.decode(String?.self, forColumn: "renewal_of"))
+    }
+
+    /// Runs `open` (opening the pool, or bringing the schema up to date) again while it
+    /// fails because another opener of the same file — another process, or another ledger in this
+    /// one — is creating or migrating it at the same moment, for at most 30 s.
+    ///
+    /// GRDB's migrator reads which migrations the file has outside the transaction of each one it
+    /// then runs, so two openers of a new file can both run `v1`: the second fails ("table
+    /// certificates already exists", "duplicate column name"), its transaction rolled back. Two
+    /// openers of a new file can also meet while each puts it in WAL mode, where SQLite answers
+    /// "database is locked" without waiting. So a failure is retried when SQLite said busy, or
+    /// when the file's schema changed since the attempt began (someone else is migrating it); any
+    /// other failure (a full disk, a file that is not a ledger) is thrown at once.
+    static func openingBesideOthers<T>(_ location: String, configuration: Configuration, _ open: () throws -> T) throws -> T {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        var schema = schemaVersion(location, configuration: configuration)
+        while true {
+            do {
+                return try open()
+            } catch {
+                let now = schemaVersion(location, configuration: configuration)
+                let busy = (error as? DatabaseError)?.resultCode == .SQLITE_BUSY
+                guard busy || now != schema, ContinuousClock.now < deadline else { throw error }
+                schema = now
+                usleep(10_000)
+            }
+        }
+    }
+
+    /// `PRAGMA schema_version` of the file at `location` (SQLite adds one for every change to the
+    /// schema), or nil when it cannot be read.
+    private static func schemaVersion(_ location: String, configuration: Configuration) -> Int? {
+        guard let queue = try? DatabaseQueue(path: location, configuration: configuration) else { return nil }
+        return try? queue.read { db in try Int.fetchOne(db, sql: "PRAGMA schema_version") }
     }
 
     static func describe(_ error: any Error) -> String {
