@@ -34,7 +34,9 @@ public final class SQLiteLedger: CertificateLedger {
     private let checkpoints: BackgroundCheckpoints
 
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date. Another
-    /// process creating or migrating the same file at that moment is waited for (up to 30 s);
+    /// process creating or migrating the same file at that moment is waited for (no new attempt
+    /// after 30 s; this blocks the calling thread, so call it off the concurrency pool's threads
+    /// where that matters);
     /// a file that is not a ledger, or a missing directory, throws at once
     /// (``PeerCAError/Code/ledger``).
     public convenience init(path: String) throws(PeerCAError) {
@@ -47,10 +49,12 @@ public final class SQLiteLedger: CertificateLedger {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         let location = SQLiteLedger.connectionPath(path)
+        // One limit for opening and migrating together (see ``openingBesideOthers(_:configuration:until:_:)``).
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
         do {
             // Another opener of the same file (another process, or another ledger in this one) may
-            // be creating or migrating it at this moment: see ``openingBesideOthers(_:configuration:_:)``.
-            pool = try SQLiteLedger.openingBesideOthers(location, configuration: configuration) {
+            // be creating or migrating it at this moment: see ``openingBesideOthers(_:configuration:until:_:)``.
+            pool = try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) {
                 try DatabasePool(path: location, configuration: configuration)
             }
             // After the pool is open: DatabasePool puts its writer in WAL mode with its own
@@ -167,7 +171,7 @@ public final class SQLiteLedger: CertificateLedger {
             // a year, where it was one seek; more as the history grows); ending an account's
             // sessions probes only the days not yet past. Built from the table on migration: ≈ 20 s
             // for 10 M rows, in the write transaction (another process opening meanwhile waits,
-            // retrying for up to 30 s: ``openingBesideOthers(_:configuration:_:)``).
+            // retrying for up to 30 s: ``openingBesideOthers(_:configuration:until:_:)``).
             migrator.registerMigration("v6") { db in
                 try db.execute(sql: """
                     ALTER TABLE certificates ADD COLUMN expiry_day INTEGER GENERATED ALWAYS AS (CAST(not_after / 86400 AS INTEGER)) VIRTUAL;
@@ -175,7 +179,7 @@ public final class SQLiteLedger: CertificateLedger {
                     DROP INDEX IF EXISTS certificates_common_name;
                     """)
             }
-            try SQLiteLedger.openingBesideOthers(location, configuration: configuration) { [pool] in try migrator.migrate(pool) }
+            try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) { [pool] in try migrator.migrate(pool) }
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
@@ -477,17 +481,21 @@ public final class SQLiteLedger: CertificateLedger {
 
     /// Runs `open` (opening the pool, or bringing the schema up to date) again while it
     /// fails because another opener of the same file — another process, or another ledger in this
-    /// one — is creating or migrating it at the same moment, for at most 30 s.
+    /// one — is creating or migrating it at the same moment, until `deadline` (no new attempt
+    /// starts after it; one already started may still wait out SQLite's 10 s busy timeout).
     ///
     /// GRDB's migrator reads which migrations the file has outside the transaction of each one it
     /// then runs, so two openers of a new file can both run `v1`: the second fails ("table
     /// certificates already exists", "duplicate column name"), its transaction rolled back. Two
     /// openers of a new file can also meet while each puts it in WAL mode, where SQLite answers
     /// "database is locked" without waiting. So a failure is retried when SQLite said busy, or
-    /// when the file's schema changed since the attempt began (someone else is migrating it); any
-    /// other failure (a full disk, a file that is not a ledger) is thrown at once.
-    static func openingBesideOthers<T>(_ location: String, configuration: Configuration, _ open: () throws -> T) throws -> T {
-        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+    /// when the file's schema changed since the attempt began (someone else is migrating it — or
+    /// this attempt itself committed some migrations before one failed, or another process merely
+    /// opened the file, as GRDB's WAL set-up creates and drops a table: so a failure that nobody
+    /// else explains is thrown after at most one more attempt, or later while others keep opening
+    /// the file). A file that is not a database, or a missing directory, has no schema version to
+    /// read before or after and is thrown at once.
+    static func openingBesideOthers<T>(_ location: String, configuration: Configuration, until deadline: ContinuousClock.Instant, _ open: () throws -> T) throws -> T {
         var schema = schemaVersion(location, configuration: configuration)
         while true {
             do {
