@@ -72,8 +72,9 @@ public enum PEM {
         return blocks
     }
 
-    /// ``parse(_:)`` on Characters: any text.
-    package static func parseCharacters(_ text: String) throws(TokenError) -> [Block] {
+    /// ``parse(_:)`` on Characters: any text. (Public for the fuzzers, which hold the byte reading
+    /// of ASCII text to its answers.)
+    @_spi(Testing) public static func parseCharacters(_ text: String) throws(TokenError) -> [Block] {
         var blocks: [Block] = []
         var label: String? = nil
         var body: [UInt8] = []

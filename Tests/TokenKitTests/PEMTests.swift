@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import TokenKit
+@_spi(Testing) @testable import TokenKit
 
 /// `PEM.parse` reads ASCII text on its bytes; the Character-based reading it replaced for such
 /// text (`PEM.parseCharacters`, still used for other text) must give the same blocks, or the same
