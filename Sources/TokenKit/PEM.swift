@@ -46,20 +46,12 @@ public enum PEM {
             if let current = label {
                 if line.starts(with: endPrefix) {
                     let name = String(decoding: current, as: UTF8.self)
-                    guard line.count == endPrefix.count + current.count + dashes.count,
-                        line[endPrefix.count..<(endPrefix.count + current.count)].elementsEqual(current),
-                        line.suffix(dashes.count).elementsEqual(dashes)
-                    else {
-                        throw TokenError(.invalidKey, "PEM block \"\(name)\" ends with a different label")
-                    }
-                    guard let der = decodeBase64(body), !der.isEmpty else {
-                        throw TokenError(.invalidKey, "PEM block \"\(name)\" has an invalid base64 body")
-                    }
-                    blocks.append(Block(label: name, der: der))
+                    guard line.elementsEqual(endPrefix + current + dashes) else { throw blockError(name, .otherEnd) }
+                    blocks.append(try closedBlock(name, body: body))
                     label = nil
                     body = []
                 } else if line.contains(0x3A) {
-                    throw TokenError(.invalidKey, "PEM block \"\(String(decoding: current, as: UTF8.self))\" has encapsulated headers (encrypted PEM is not supported)")
+                    throw blockError(String(decoding: current, as: UTF8.self), .headers)
                 } else {
                     body.append(contentsOf: line)
                 }
@@ -68,7 +60,7 @@ public enum PEM {
             }
             start = next
         }
-        if let label { throw TokenError(.invalidKey, "PEM block \"\(String(decoding: label, as: UTF8.self))\" has no END line") }
+        if let label { throw blockError(String(decoding: label, as: UTF8.self), .noEnd) }
         return blocks
     }
 
@@ -82,17 +74,12 @@ public enum PEM {
             let line = rawLine.trimmingSuffixWhitespace()
             if let current = label {
                 if line.hasPrefix("-----END ") {
-                    guard line == "-----END \(current)-----" else {
-                        throw TokenError(.invalidKey, "PEM block \"\(current)\" ends with a different label")
-                    }
-                    guard let der = decodeBase64(body), !der.isEmpty else {
-                        throw TokenError(.invalidKey, "PEM block \"\(current)\" has an invalid base64 body")
-                    }
-                    blocks.append(Block(label: current, der: der))
+                    guard line == "-----END \(current)-----" else { throw blockError(current, .otherEnd) }
+                    blocks.append(try closedBlock(current, body: body))
                     label = nil
                     body = []
                 } else if line.contains(":") {
-                    throw TokenError(.invalidKey, "PEM block \"\(current)\" has encapsulated headers (encrypted PEM is not supported)")
+                    throw blockError(current, .headers)
                 } else {
                     body.append(contentsOf: line.utf8)
                 }
@@ -100,8 +87,26 @@ public enum PEM {
                 label = String(line.dropFirst(11).dropLast(5))
             }
         }
-        if let label { throw TokenError(.invalidKey, "PEM block \"\(label)\" has no END line") }
+        if let label { throw blockError(label, .noEnd) }
         return blocks
+    }
+
+    /// What can be wrong with a block, in its error's words.
+    private enum Problem: String {
+        case otherEnd = "ends with a different label"
+        case headers = "has encapsulated headers (encrypted PEM is not supported)"
+        case badBody = "has an invalid base64 body"
+        case noEnd = "has no END line"
+    }
+
+    private static func blockError(_ label: String, _ problem: Problem) -> TokenError {
+        TokenError(.invalidKey, "PEM block \"\(label)\" \(problem.rawValue)")
+    }
+
+    /// The block an END line closes: its body decoded (both readings).
+    private static func closedBlock(_ label: String, body: [UInt8]) throws(TokenError) -> Block {
+        guard let der = decodeBase64(body), !der.isEmpty else { throw blockError(label, .badBody) }
+        return Block(label: label, der: der)
     }
 
     /// Armours DER under `label`, 64 characters a line, each line ending in `\n`.
