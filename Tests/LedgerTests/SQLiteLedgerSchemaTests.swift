@@ -63,12 +63,14 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])
     }
 
-    /// The account index is keyed by expiry day first: a certificate's entry lands among those
-    /// expiring the same day. Lookups by account and the end of an account's sessions seek
-    /// (day, account) for each day that has certificates — never a scan of the table or of a
-    /// day's entries — and find every certificate of the account whatever its day; ending the
-    /// sessions revokes exactly those not yet expired.
-    @Test func accountsAreFoundThroughTheExpiryDayIndex() async throws {
+    /// An account's certificates are a chain (`accounts` → latest → `account_previous` → …), and
+    /// the account index is partial: it holds each account's first certificate (and those recorded
+    /// before the chain, or by other code), keyed by expiry day first. A new certificate of a known
+    /// account adds no entry to it. Lookups by account and the end of an account's sessions walk the
+    /// chain by serial and seek (day, account) in the index — never a scan of the table — and find
+    /// every certificate of the account whatever its day; ending the sessions revokes exactly those
+    /// not yet expired.
+    @Test func accountsAreFoundThroughTheirChainsAndThePartialIndex() async throws {
         let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
         let ledger = try SQLiteLedger(path: path)
         let day = 86_400.0, start = 1_800_000_000.0
@@ -86,12 +88,20 @@ struct SQLiteLedgerSchemaTests {
         }
         let queue = try DatabaseQueue(path: path)
         try await queue.read { db in
-            #expect(try Int.fetchOne(db, sql: "SELECT count(DISTINCT expiry_day) FROM certificates") == 4)
-            #expect(try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = 'certificates_expiry_account'")?.contains("(expiry_day, common_name)") == true)
+            #expect(try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = 'certificates_expiry_account'")?.contains("(expiry_day, common_name) WHERE account_previous IS NULL") == true)
+            #expect(try Int.fetchOne(db, sql: "SELECT partial FROM pragma_index_list('certificates') WHERE name = 'certificates_expiry_account'") == 1)
+            // In the index: each account's first certificate only; the rest chain.
+            #expect(try String.fetchAll(db, sql: "SELECT serial FROM certificates WHERE account_previous IS NULL ORDER BY serial") == ["4d00", "4e00"])
+            #expect(try Optional<String>.fetchAll(db, sql: "SELECT account_previous FROM certificates WHERE common_name = 'a' ORDER BY serial") == [nil, "4d00", "4d01", "4d02", "4d03"])
+            #expect(try Row.fetchAll(db, sql: "SELECT common_name, latest FROM accounts ORDER BY common_name").map { [$0[0] as String, $0[1] as String] } == [["a", "4d04"], ["b", "4e01"]])
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name = 'certificates_common_name'") == 0)
-            let update = try queryPlan(db, SQLiteLedger.revokeAccountUpdate, ["a", start, 0])
-            #expect(update.contains { $0.contains("certificates_expiry_account (expiry_day=? AND common_name=?)") }, "plan: \(update)")
-            #expect(!update.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(update)")
+            for plan in [
+                try queryPlan(db, SQLiteLedger.revokeAccountUpdate, ["a", start, 0]), try queryPlan(db, SQLiteLedger.bySubjectOrAccount, ["a", start]),
+            ] {
+                #expect(plan.contains { $0.contains("certificates_expiry_account (expiry_day=? AND common_name=?)") }, "plan: \(plan)")
+                #expect(plan.contains { $0.contains("sqlite_autoindex_certificates_1 (serial=?)") }, "plan: \(plan)")
+                #expect(!plan.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(plan)")
+            }
         }
         #expect(try await ledger.entries(subject: "a").map(\.serial) == ["4d04", "4d03", "4d02", "4d01", "4d00"])
         #expect(try await ledger.entries(subject: "spiffe://app/idp/b").map(\.serial) == ["4e01", "4e00"])
@@ -101,6 +111,42 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.entry(serial: "4d01")?.status == .valid)
         #expect(try await ledger.entry(serial: "4e00")?.status == .valid)
         #expect(try await ledger.revokeAccount("a", reason: .cessationOfOperation, at: now).isEmpty)
+    }
+
+    /// The chain holds through what else writes `certificates`: a certificate refused for its
+    /// reused token (inserted, then deleted in the same transaction) hands the account's latest
+    /// back to its predecessor; a row inserted by other code (an older tokentool, a repair by
+    /// hand), which names no predecessor, goes to the account index and leaves the chain's head
+    /// where it was. Every certificate of the account stays findable, and its sessions' end
+    /// revokes them all.
+    @Test func theChainHoldsThroughARefusedTokenAndARowWrittenByHand() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        let start = 1_800_000_000.0
+        func record(_ serial: String, _ use: TokenUse?) async throws {
+            try await ledger.record(entry(serial, subject: "spiffe://app/idp/c", commonName: "c", issuedAt: start + Double(serial.suffix(2))!), claiming: use)
+        }
+        try await record("5f01", TokenUse(issuer: "i", tokenID: "t1"))
+        try await record("5f02", nil)
+        await #expect(throws: PeerCAError.self) { try await record("5f03", TokenUse(issuer: "i", tokenID: "t1")) }
+        let queue = try DatabaseQueue(path: path)
+        #expect(try await queue.read { db in try String.fetchOne(db, sql: "SELECT latest FROM accounts WHERE common_name = 'c'") } == "5f02")
+        try await record("5f04", nil)
+        try await queue.write { db in
+            try db.execute(sql: """
+                INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                    not_before, not_after, issued_at, der) VALUES ('5f05', 'spiffe://app/idp/c', 'c', 'i', 'c', NULL, 'ab', 1, 1800009999, 1800000005, x'30')
+                """)
+        }
+        try await record("5f06", nil)
+        try await queue.read { (db: Database) throws in
+            #expect(try String.fetchAll(db, sql: "SELECT serial FROM certificates WHERE account_previous IS NULL ORDER BY serial") == ["5f01", "5f05"])
+            #expect(try String.fetchOne(db, sql: "SELECT account_previous FROM certificates WHERE serial = '5f06'") == "5f04")
+        }
+        #expect(try await ledger.entries(subject: "c").map(\.serial) == ["5f06", "5f05", "5f04", "5f02", "5f01"])
+        #expect(try await ledger.entries(subject: "spiffe://app/idp/c").map(\.serial) == ["5f06", "5f05", "5f04", "5f02", "5f01"])
+        let revoked = try await ledger.revokeAccount("c", reason: .cessationOfOperation, at: Date(timeIntervalSince1970: start))
+        #expect(revoked.map(\.serial) == ["5f06", "5f05", "5f04", "5f02", "5f01"])
     }
 
     /// Several ledgers opening one new file at once (two `tokentool` processes started together,
@@ -117,7 +163,7 @@ struct SQLiteLedgerSchemaTests {
             #expect(try await ledger.entry(serial: "4d\(round)") != nil)
             let queue = try DatabaseQueue(path: path)
             let migrations = try await queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM grdb_migrations") }
-            #expect(migrations == 6)
+            #expect(migrations == 7)
         }
     }
 
