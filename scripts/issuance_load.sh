@@ -6,7 +6,8 @@
 #     by wrk from a second process on loopback (2 threads, CONNECTIONS connections) for SECONDS,
 #     cycling through BODIES distinct requests (each its own HS256 token — own sub and jti — and
 #     its own P-256 CSR, made with PyJWT and cryptography before the timing);
-#  3. requests/s, p50, p99, errors, and HTTP rate / library 2-core rate.
+#  3. requests/s, p50, p99, errors; the server's and wrk's CPU per request (/proc, getrusage),
+#     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate.
 # wrk runs on the same 2 cores as the server: it takes CPU the server would otherwise have.
 # Usage: scripts/issuance_load.sh [SECONDS] [CONNECTIONS] [BODIES]   (defaults 10 s, 32, 256)
 set -euo pipefail
@@ -78,9 +79,28 @@ end
 LUA
 url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
-http=$(wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" | grep RESULT)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime, in clock ticks
+commits() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^tokenserver_ledger_commits /{c=$2} /^tokenserver_ledger_committed_certificates /{n=$2} END{print c, n}'; }
+read -r commits_before committed_before <<< "$(commits)"
+server_before=$(ticks "$server")
+# wrk under python, for its CPU time (getrusage of the children once it has exited).
+wrk_cpu=$(python3 - "$work/wrk.out" wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_utime + usage.ru_stime)
+PY
+)
+server_ticks=$(( $(ticks "$server") - server_before ))
+read -r commits_after committed_after <<< "$(commits)"
+http=$(grep RESULT "$work/wrk.out")
 echo "http POST /v1/certificates ($connections connections, wrk -t2, $bodies distinct requests): ${http#RESULT }"
 http_rate=$(echo "$http" | awk '{print $3}')
+requests=$(echo "$http" | awk '{print $9}')
+python3 -c 'import os, sys; hz = os.sysconf("SC_CLK_TCK"); s, w, n = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]); print(f"CPU per request: server {s / hz / n * 1e6:.0f} µs, wrk {w / n * 1e6:.0f} µs")' "$server_ticks" "$wrk_cpu" "$requests"
+python3 -c 'import sys; c0, n0, c1, n1 = (float(a) for a in sys.argv[1:]); print(f"ledger commits: {c1 - c0:.0f}, {(n1 - n0) / max(c1 - c0, 1):.1f} certificates each")' \
+  "$commits_before" "$committed_before" "$commits_after" "$committed_after"
 errors=$(echo "$http" | awk '{print $11}')
 python3 -c 'import sys; h, l = float(sys.argv[1]), float(sys.argv[2]); print(f"http / library 2-core: {h:.0f} / {l:.0f} = {h / l:.3f}")' "$http_rate" "$library_rate"
 echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"
