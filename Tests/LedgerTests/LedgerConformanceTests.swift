@@ -240,9 +240,9 @@ struct LedgerSubjectLookupTests {
             // A certificate refused for its reused token leaves nothing to find under its names.
             let use = TokenUse(issuer: "https://idp.example", tokenID: "lookup-once")
             try await ledger.record(entry("1a06", subject: shared, commonName: "acct-d", issuedAt: 1_800_000_006), claiming: use)
-            _ = await #expect(throws: PeerCAError.self) {
+            await #expect {
                 try await ledger.record(entry("1a07", subject: "spiffe://app/idp/refused", commonName: "acct-e", issuedAt: 1_800_000_007), claiming: use)
-            }
+            } throws: { error in (error as? PeerCAError)?.code == .tokenReused }
             #expect(try await ledger.entries(subject: "spiffe://app/idp/refused").isEmpty)
             #expect(try await ledger.entries(subject: "acct-e").isEmpty)
             #expect(try await ledger.entries(subject: shared).map(\.serial) == ["1a06", "1a05", "1a03", "1a01"])

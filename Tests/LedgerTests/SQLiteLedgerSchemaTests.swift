@@ -147,6 +147,19 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.entries(subject: "spiffe://app/idp/c").map(\.serial) == ["5f06", "5f05", "5f04", "5f02", "5f01"])
         let revoked = try await ledger.revokeAccount("c", reason: .cessationOfOperation, at: Date(timeIntervalSince1970: start))
         #expect(revoked.map(\.serial) == ["5f06", "5f05", "5f04", "5f02", "5f01"])
+
+        // One batch: a certificate of a new account refused for its reused token (its `accounts`
+        // row, just made, goes with it) beside one that is recorded. The batch stands.
+        let batch = [
+            LedgerRecord(entry: entry("5f10", subject: "spiffe://app/idp/d", commonName: "d", issuedAt: start + 10), use: TokenUse(issuer: "i", tokenID: "t2")),
+            LedgerRecord(entry: entry("5f11", subject: "spiffe://app/idp/e", commonName: "e", issuedAt: start + 11), use: TokenUse(issuer: "i", tokenID: "t1")),
+        ]
+        let results = await ledger.write(batch: batch)
+        #expect(results.map { (try? $0.get()) != nil } == [true, false])
+        if case .failure(let error) = results[1] { #expect(error.code == .tokenReused) }
+        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT common_name FROM accounts ORDER BY common_name") } == ["c", "d"])
+        #expect(try await ledger.entries(subject: "d").map(\.serial) == ["5f10"])
+        #expect(try await ledger.entries(subject: "e").isEmpty)
     }
 
     /// Several ledgers opening one new file at once (two `tokentool` processes started together,

@@ -21,9 +21,14 @@ import Synchronization
 /// each certificate its predecessor (`account_previous`); the certificates recorded before that
 /// chain existed (schema v7), and each account's first, are in a partial index by expiry day and
 /// account. A SPIFFE ID is found through `certificate_subjects`, one row per (SPIFFE ID, account)
-/// pair ever recorded (a trigger on `certificates` adds it). None of these adds an index entry per
-/// certificate beyond the serial's, which lands at the end (serials start with the time): each
-/// entry written at a random place dirties a page of its index, which the WAL then carries whole.
+/// pair ever recorded (a trigger on `certificates` adds it). So a certificate adds one index entry,
+/// its serial's, which lands at the end (serials start with the time), and updates its account's
+/// `accounts` row, a page shared by the account's other certificates in the batch (and, with few
+/// active accounts, by other accounts'); an entry written at a random place per certificate
+/// dirtied a page of its index each, which the WAL then carried whole. The price is on logout by
+/// account (``revokeAccount(_:reason:at:)``): it walks the account's whole chain, expired
+/// certificates included, in the write transaction — ≈ 330 ms for an account with 100,000
+/// certificates (in memory), where the v6 index probed only the days not yet past.
 ///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
@@ -66,7 +71,7 @@ public final class SQLiteLedger: CertificateLedger {
             // The writer's own checkpoint at 40,000 WAL pages (≈ 160 MiB) instead of SQLite's 1,000:
             // it runs on the committing connection, in the way of the next batch, and copies every
             // page changed since the last checkpoint; a longer interval copies the hot pages (the
-            // tail of the table and its serial index, the day's region of the account index) once
+            // tail of the table and its serial index, the issuing accounts' `accounts` rows) once
             // for many commits, and the background checkpoints (``BackgroundCheckpoints``) leave
             // it little to copy. tokenbench --issuance-stages --filter ledger (at 10,000): 34–37 →
             // 30 µs CPU per record on one core. The WAL is cut back to 192 MiB after a checkpoint:
@@ -74,8 +79,8 @@ public final class SQLiteLedger: CertificateLedger {
             // and grown again (every growth a metadata write in the commit's flush).
             //
             // A 16 MiB page cache for the writer (SQLite's default is 2 MiB): the pages every batch
-            // touches — the table's and the serial index's tails, the day's region of the account
-            // index, the (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
+            // touches — the table's and the serial index's tails, the `accounts` rows and the
+            // (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
             // being read again from the file or the WAL (strace at 10 M rows: ≈ 1.2 page reads per
             // certificate with 2 MiB). tokenbench --ledger-growth on a 10 M-row ledger, alternated
             // with an empty one: 0.84–0.87 → 0.93–0.95 of the empty rate; RSS + 17 MB.
@@ -135,7 +140,8 @@ public final class SQLiteLedger: CertificateLedger {
             // commit, then again by the checkpoint: ≈ 7 µs of the ledger's ≈ 20 per record); the
             // table gets a row only for a (SPIFFE ID, account) pair it has not seen, so a device
             // of a known account adds a read, not a write. Lookups by SPIFFE ID go through it to
-            // the account index (``entries(subject:)``; keyed by expiry day first since v6). A trigger keeps it: every row that
+            // the accounts' certificates (``entries(subject:)``: their chains and the account
+            // index since v7). A trigger keeps it: every row that
             // enters `certificates` — from this code, an older tokentool on the same file, or a
             // repair by hand — has its pair (the trigger's insert is not counted in `changes()`).
             migrator.registerMigration("v4") { db in
@@ -280,6 +286,10 @@ public final class SQLiteLedger: CertificateLedger {
 
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
+
+    /// Writes `batch` as one transaction now, beside the group commit (tests: a batch made up
+    /// as they need it).
+    package func write(batch: [LedgerRecord]) async -> [Result<Void, PeerCAError>] { await SQLiteLedger.write(batch, to: pool) }
 
     /// An integer pragma (`synchronous`: 2 = FULL, every commit flushed; `wal_autocheckpoint`;
     /// `journal_size_limit`) as the connection that writes has it.
