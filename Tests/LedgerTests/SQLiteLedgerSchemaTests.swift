@@ -96,12 +96,15 @@ struct SQLiteLedgerSchemaTests {
             #expect(try Row.fetchAll(db, sql: "SELECT common_name, latest FROM accounts ORDER BY common_name").map { [$0[0] as String, $0[1] as String] } == [["a", "4d04"], ["b", "4e01"]])
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE name = 'certificates_common_name'") == 0)
             for plan in [
-                try queryPlan(db, SQLiteLedger.revokeAccountUpdate, ["a", start, 0]), try queryPlan(db, SQLiteLedger.bySubjectOrAccount, ["a", start]),
+                try queryPlan(db, SQLiteLedger.accountLiveSerials, ["a", start]), try queryPlan(db, SQLiteLedger.bySubjectOrAccount, ["a", start]),
             ] {
                 #expect(plan.contains { $0.contains("certificates_expiry_account (expiry_day=? AND common_name=?)") }, "plan: \(plan)")
                 #expect(plan.contains { $0.contains("sqlite_autoindex_certificates_1 (serial=?)") }, "plan: \(plan)")
                 #expect(!plan.contains { $0.hasPrefix("SCAN certificates") }, "plan: \(plan)")
             }
+            let update = try queryPlan(db, SQLiteLedger.revokeAccountUpdate, ["a", start, 0, "4d02", #"["4d02"]"#])
+            #expect(update.contains { $0.contains("sqlite_autoindex_certificates_1 (serial=?)") }, "plan: \(update)")
+            #expect(!update.contains { $0.hasPrefix("SCAN certificates") || $0.contains("certificates_expiry_account") }, "plan: \(update)")
         }
         #expect(try await ledger.entries(subject: "a").map(\.serial) == ["4d04", "4d03", "4d02", "4d01", "4d00"])
         #expect(try await ledger.entries(subject: "spiffe://app/idp/b").map(\.serial) == ["4e01", "4e00"])
@@ -111,6 +114,52 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.entry(serial: "4d01")?.status == .valid)
         #expect(try await ledger.entry(serial: "4e00")?.status == .valid)
         #expect(try await ledger.revokeAccount("a", reason: .cessationOfOperation, at: now).isEmpty)
+    }
+
+    /// Logout by account reads the account's live certificates beside the writer, then revokes,
+    /// in the write transaction, those and what the account recorded after that read: its chain
+    /// from the latest now back to the latest the read saw. Here the two steps run by hand with
+    /// certificates recorded between them, for an account with a latest and for one without.
+    @Test func logoutRevokesWhatTheAccountRecordedAfterItsRead() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        let start = 1_800_000_000.0
+        func record(_ serial: String, _ account: String, lifetime: Double = 3600) async throws {
+            try await ledger.record(
+                entry(serial, subject: "spiffe://app/idp/\(account)", commonName: account, issuedAt: start + Double(serial.suffix(2))!, lifetime: lifetime),
+                claiming: nil)
+        }
+        try await record("6a01", "f", lifetime: 1)  // expired at `start + 60`
+        try await record("6a02", "f")
+        try await record("6a03", "f")
+        let queue = try DatabaseQueue(path: path)
+        let at = start + 60
+        let (head, live) = try await queue.read { db in
+            (
+                try String.fetchOne(db, sql: "SELECT latest FROM accounts WHERE common_name = 'f'"),
+                try String.fetchAll(db, sql: SQLiteLedger.accountLiveSerials, arguments: ["f", at])
+            )
+        }
+        #expect(head == "6a03")
+        #expect(Set(live) == ["6a02", "6a03"])
+        let noHead = try await queue.read { db in try String.fetchOne(db, sql: "SELECT latest FROM accounts WHERE common_name = 'g'") }
+        #expect(noHead == nil)
+        // Between the two steps: two more for "f", the first two ever for "g", one of "f"'s revoked by serial.
+        try await record("6a04", "f")
+        try await record("6a05", "f")
+        try await record("6a06", "g")
+        try await record("6a07", "g")
+        _ = try await ledger.revoke(serial: "6a02", reason: .superseded, at: Date(timeIntervalSince1970: at))
+        let revoked = try await queue.write { db in
+            (
+                try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: ["f", at, 5, head, #"["6a02","6a03"]"#]).map { $0["serial"] as String },
+                try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: ["g", at, 5, noHead, "[]"]).map { $0["serial"] as String }
+            )
+        }
+        #expect(Set(revoked.0) == ["6a03", "6a04", "6a05"])
+        #expect(Set(revoked.1) == ["6a06", "6a07"])
+        #expect(try await ledger.entry(serial: "6a02")?.status == .revoked(at: Date(timeIntervalSince1970: at), reason: .superseded))
+        #expect(try await ledger.entry(serial: "6a01")?.status == .valid)
     }
 
     /// The chain holds through what else writes `certificates`: a certificate refused for its

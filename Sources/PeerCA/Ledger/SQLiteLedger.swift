@@ -27,8 +27,9 @@ import Synchronization
 /// active accounts, by other accounts'); an entry written at a random place per certificate
 /// dirtied a page of its index each, which the WAL then carried whole. The price is on logout by
 /// account (``revokeAccount(_:reason:at:)``): it walks the account's whole chain, expired
-/// certificates included, in the write transaction — ≈ 330 ms for an account with 100,000
-/// certificates (in memory), where the v6 index probed only the days not yet past.
+/// certificates included — ≈ 330 ms for an account with 100,000 certificates (in memory), where
+/// the v6 index probed only the days not yet past — in a read beside the writer; the write then
+/// takes what the account recorded since.
 ///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
@@ -420,14 +421,32 @@ public final class SQLiteLedger: CertificateLedger {
         ORDER BY issued_at DESC
         """
 
-    /// `revokeAccount`'s update (`?1`: the account, `?2`: the time of revocation, `?3`: the
-    /// reason): the account's certificates not yet expired — its whole chain, and the account
-    /// index's entries in the expiry days from that time's on.
-    package static let revokeAccountUpdate = expiryDays + """
+    /// `revokeAccount`'s first step, a read (`?1`: the account, `?2`: the time of revocation):
+    /// the serials of the account's certificates not yet revoked or expired — its whole chain,
+    /// and the account index's entries in the expiry days from that time's on. It walks the
+    /// account's whole history, so it runs outside the write lock.
+    package static let accountLiveSerials = expiryDays + """
         names(name) AS (SELECT ?1),
         """ + accountRows + """
-        UPDATE certificates SET revoked_at = ?2, revocation_reason = ?3
+        SELECT serial FROM certificates
         WHERE rowid IN (SELECT id FROM found) AND common_name = ?1 AND revoked_at IS NULL AND not_after > ?2
+        """
+
+    /// `revokeAccount`'s second step, the update (`?1`: the account, `?2`: the time of
+    /// revocation, `?3`: the reason, `?4`: the account's latest certificate when the first step
+    /// read, or NULL; `?5`: the serials it found, a JSON array): those, and the certificates the
+    /// account recorded since (its chain from its latest now back to `?4`), not yet revoked or
+    /// expired.
+    package static let revokeAccountUpdate = """
+        WITH RECURSIVE newer(serial) AS (
+            SELECT latest FROM accounts WHERE common_name = ?1 AND latest IS NOT ?4
+            UNION
+            SELECT account_previous FROM certificates JOIN newer USING (serial)
+            WHERE account_previous IS NOT NULL AND account_previous IS NOT ?4
+        )
+        UPDATE certificates SET revoked_at = ?2, revocation_reason = ?3
+        WHERE serial IN (SELECT serial FROM newer UNION SELECT value FROM json_each(?5))
+            AND common_name = ?1 AND revoked_at IS NULL AND not_after > ?2
         RETURNING *
         """
 
@@ -472,9 +491,20 @@ public final class SQLiteLedger: CertificateLedger {
         guard !account.isEmpty else { throw PeerCAError(.invalidRequest, "the account is empty: no sessions to end") }
         let at = date.timeIntervalSince1970
         do {
+            // The account's live certificates as one snapshot shows them, read beside the writer:
+            // walking a long history (≈ 3 µs a certificate) holds up no issuance.
+            let (head, live) = try await pool.read { db in
+                (
+                    try String.fetchOne(db, sql: "SELECT latest FROM accounts WHERE common_name = ?", arguments: [account]),
+                    try String.fetchAll(db, sql: SQLiteLedger.accountLiveSerials, arguments: [account, at])
+                )
+            }
+            let serials = String(decoding: try JSONEncoder().encode(live), as: UTF8.self)
             return try await pool.write { db in
                 // RETURNING gives the rows as updated; one write transaction with the session row.
-                let revoked = try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: [account, at, reason.rawValue])
+                // The certificates the account recorded after the snapshot are its chain's newest,
+                // down to the latest the snapshot saw.
+                let revoked = try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: [account, at, reason.rawValue, head, serials])
                     .map(SQLiteLedger.entry(row:))
                 try db.execute(
                     sql: """
