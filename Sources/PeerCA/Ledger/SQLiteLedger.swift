@@ -16,20 +16,12 @@ import Synchronization
 /// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
 /// WAL into the file every 8,192 certificates, off the commit path.
 ///
-/// Indexed: the serial (primary key) and the revoked certificates (a partial index, for CRLs).
-/// An account's (CN's) certificates are a chain: `accounts` names each account's latest, and
-/// each certificate its predecessor (`account_previous`); the certificates recorded before that
-/// chain existed (schema v7), and each account's first, are in a partial index by expiry day and
-/// account. A SPIFFE ID is found through `certificate_subjects`, one row per (SPIFFE ID, account)
-/// pair ever recorded (a trigger on `certificates` adds it). So a certificate adds one index entry,
-/// its serial's, which lands at the end (serials start with the time), and updates its account's
-/// `accounts` row, a page shared by the account's other certificates in the batch (and, with few
-/// active accounts, by other accounts'); an entry written at a random place per certificate
-/// dirtied a page of its index each, which the WAL then carried whole. The price is on logout by
-/// account (``revokeAccount(_:reason:at:)``): it walks the account's whole chain, expired
-/// certificates included — ≈ 330 ms for an account with 100,000 certificates (in memory), where
-/// the v6 index probed only the days not yet past — in a read beside the writer; the write then
-/// takes what the account recorded since.
+/// Indexed: the serial (primary key), the account (CN) by expiry day (`(expiry_day, common_name)`:
+/// new entries land among those expiring the same day, not across the whole history), and the
+/// revoked certificates (a partial index, for CRLs). A SPIFFE ID is found through
+/// `certificate_subjects`, one row per (SPIFFE ID, account) pair ever recorded (a trigger on
+/// `certificates` adds it), rather than an index entry per certificate: each index entry written
+/// dirties a random page of its index, which the WAL then carries whole.
 ///
 /// ```swift
 /// let ledger = try SQLiteLedger(path: "state/ledger.sqlite")
@@ -72,7 +64,7 @@ public final class SQLiteLedger: CertificateLedger {
             // The writer's own checkpoint at 40,000 WAL pages (≈ 160 MiB) instead of SQLite's 1,000:
             // it runs on the committing connection, in the way of the next batch, and copies every
             // page changed since the last checkpoint; a longer interval copies the hot pages (the
-            // tail of the table and its serial index, the issuing accounts' `accounts` rows) once
+            // tail of the table and its serial index, the day's region of the account index) once
             // for many commits, and the background checkpoints (``BackgroundCheckpoints``) leave
             // it little to copy. tokenbench --issuance-stages --filter ledger (at 10,000): 34–37 →
             // 30 µs CPU per record on one core. The WAL is cut back to 192 MiB after a checkpoint:
@@ -80,8 +72,8 @@ public final class SQLiteLedger: CertificateLedger {
             // and grown again (every growth a metadata write in the commit's flush).
             //
             // A 16 MiB page cache for the writer (SQLite's default is 2 MiB): the pages every batch
-            // touches — the table's and the serial index's tails, the `accounts` rows and the
-            // (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
+            // touches — the table's and the serial index's tails, the day's region of the account
+            // index, the (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
             // being read again from the file or the WAL (strace at 10 M rows: ≈ 1.2 page reads per
             // certificate with 2 MiB). tokenbench --ledger-growth on a 10 M-row ledger, alternated
             // with an empty one: 0.84–0.87 → 0.93–0.95 of the empty rate; RSS + 17 MB.
@@ -141,8 +133,7 @@ public final class SQLiteLedger: CertificateLedger {
             // commit, then again by the checkpoint: ≈ 7 µs of the ledger's ≈ 20 per record); the
             // table gets a row only for a (SPIFFE ID, account) pair it has not seen, so a device
             // of a known account adds a read, not a write. Lookups by SPIFFE ID go through it to
-            // the accounts' certificates (``entries(subject:)``: their chains and the account
-            // index since v7). A trigger keeps it: every row that
+            // the account index (``entries(subject:)``; keyed by expiry day first since v6). A trigger keeps it: every row that
             // enters `certificates` — from this code, an older tokentool on the same file, or a
             // repair by hand — has its pair (the trigger's insert is not counted in `changes()`).
             migrator.registerMigration("v4") { db in
@@ -186,36 +177,6 @@ public final class SQLiteLedger: CertificateLedger {
                     ALTER TABLE certificates ADD COLUMN expiry_day INTEGER GENERATED ALWAYS AS (CAST(not_after / 86400 AS INTEGER)) VIRTUAL;
                     CREATE INDEX certificates_expiry_account ON certificates(expiry_day, common_name);
                     DROP INDEX IF EXISTS certificates_common_name;
-                    """)
-            }
-            // v7: an account's certificates are found through a chain instead of an index entry
-            // each. `accounts` holds each account's latest certificate (a trigger moves it); a
-            // certificate recorded by this ledger names the account's previous one
-            // (`account_previous`). The account index becomes partial: it keeps the certificates
-            // that name no previous one — those recorded before v7, each account's first, rows
-            // written by other code — so a new certificate of a known account adds no entry to
-            // it. Its entries went to a random page of the expiry day's region (one per account
-            // in a batch), and each such page was written to the WAL and checkpointed: dropping
-            // them took ≈ 5.5 of ≈ 16 µs of CPU off each record (`tokenbench --issuance-stages
-            // --filter ledger`), where `accounts` costs a probe and an update of a page that the
-            // batch's other certificates of the account share. Lookups walk the chain (one
-            // serial seek per certificate of the account) and read the partial index
-            // (``accountRows``). The chain is by serial, not rowid: VACUUM may renumber rowids.
-            // Rebuilding the account index on migration: ≈ 20 s for 10 M rows, as v6.
-            migrator.registerMigration("v7") { db in
-                try db.execute(sql: """
-                    ALTER TABLE certificates ADD COLUMN account_previous TEXT;
-                    CREATE TABLE accounts (common_name TEXT PRIMARY KEY NOT NULL, latest TEXT NOT NULL) WITHOUT ROWID;
-                    DROP INDEX certificates_expiry_account;
-                    CREATE INDEX certificates_expiry_account ON certificates(expiry_day, common_name) WHERE account_previous IS NULL;
-                    CREATE TRIGGER certificates_account_latest AFTER INSERT ON certificates BEGIN
-                        INSERT INTO accounts (common_name, latest) VALUES (NEW.common_name, NEW.serial)
-                            ON CONFLICT(common_name) DO UPDATE SET latest = excluded.latest WHERE NEW.account_previous IS NOT NULL;
-                    END;
-                    CREATE TRIGGER certificates_account_removed AFTER DELETE ON certificates BEGIN
-                        DELETE FROM accounts WHERE common_name = OLD.common_name AND latest = OLD.serial AND OLD.account_previous IS NULL;
-                        UPDATE accounts SET latest = OLD.account_previous WHERE common_name = OLD.common_name AND latest = OLD.serial;
-                    END;
                     """)
             }
             try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) { [pool] in try migrator.migrate(pool) }
@@ -288,10 +249,6 @@ public final class SQLiteLedger: CertificateLedger {
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
 
-    /// Writes `batch` as one transaction now, beside the group commit (tests: a batch made up
-    /// as they need it).
-    package func write(batch: [LedgerRecord]) async -> [Result<Void, PeerCAError>] { await SQLiteLedger.write(batch, to: pool) }
-
     /// An integer pragma (`synchronous`: 2 = FULL, every commit flushed; `wal_autocheckpoint`;
     /// `journal_size_limit`) as the connection that writes has it.
     package func writerPragma(_ name: String) throws -> Int {
@@ -315,9 +272,8 @@ public final class SQLiteLedger: CertificateLedger {
                     let insertCertificate = try db.cachedStatement(
                         sql: """
                             INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                                not_before, not_after, issued_at, der, provider, session_start, renewal_of, account_previous)
-                                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                                    (SELECT latest FROM accounts WHERE common_name = ?3)) ON CONFLICT DO NOTHING
+                                not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
                             """)
                     // SQLite's copies of the last record's values (its DER) are not kept past the batch.
                     defer { sqlite3_clear_bindings(insertCertificate.sqliteStatement) }
@@ -366,9 +322,7 @@ public final class SQLiteLedger: CertificateLedger {
                 return .failure(record.duplicate(tokenUse: true))
             }
         }
-        // (The trigger certificate_subjects_pair has recorded the account's SPIFFE ID, once;
-        // certificates_account_latest made this certificate the account's latest. A certificate
-        // removed again for its reused token hands that back: certificates_account_removed.)
+        // (The trigger certificate_subjects_pair has recorded the account's SPIFFE ID, once.)
         return .success(())
     }
 
@@ -380,73 +334,34 @@ public final class SQLiteLedger: CertificateLedger {
         try await fetch(SQLiteLedger.bySubjectOrAccount, [subject, -Double.greatestFiniteMagnitude])
     }
 
-    /// The expiry days that have certificates in the account index, from the day of `?2` (a
-    /// time, seconds since 1970) on, as the table `days`: a loose scan of the partial index
-    /// `certificates_expiry_account`, one seek per day. (The last row is NULL, which matches nothing.)
+    /// The expiry days that have certificates, from the day of `?2` (a time, seconds since 1970)
+    /// on, as the table `days`: a loose scan of `certificates_expiry_account`, one seek per day.
+    /// (The last row is NULL, which matches nothing.)
     static let expiryDays = """
         WITH RECURSIVE days(d) AS (
-            SELECT (SELECT expiry_day FROM certificates WHERE account_previous IS NULL AND expiry_day >= CAST(?2 / 86400 AS INTEGER) ORDER BY expiry_day LIMIT 1)
+            SELECT (SELECT expiry_day FROM certificates WHERE expiry_day >= CAST(?2 / 86400 AS INTEGER) ORDER BY expiry_day LIMIT 1)
             UNION ALL
-            SELECT (SELECT expiry_day FROM certificates WHERE account_previous IS NULL AND expiry_day > d ORDER BY expiry_day LIMIT 1) FROM days WHERE d IS NOT NULL
-        ),
-        """
-
-    /// The tables `chain` (serials) and `found` (rowids) for the accounts in the table `names`
-    /// (to be defined after this, with `?2` as in ``expiryDays``): each account's chain from its
-    /// latest certificate back through `account_previous` (one serial seek a step; `UNION`, so a
-    /// cycle written by hand ends), and the account index's entries from `?2`'s day on.
-    static let accountRows = """
-        chain(serial) AS (
-            SELECT latest FROM accounts WHERE common_name IN (SELECT name FROM names)
-            UNION
-            SELECT account_previous FROM certificates JOIN chain USING (serial) WHERE account_previous IS NOT NULL
-        ),
-        found(id) AS (
-            SELECT certificates.rowid FROM certificates JOIN chain USING (serial)
-            UNION
-            SELECT rowid FROM certificates
-            WHERE account_previous IS NULL AND expiry_day IN (SELECT d FROM days) AND common_name IN (SELECT name FROM names)
+            SELECT (SELECT expiry_day FROM certificates WHERE expiry_day > d ORDER BY expiry_day LIMIT 1) FROM days WHERE d IS NOT NULL
         )
         """
 
     /// `entries(subject:)`'s query (`?1`: a SPIFFE ID or an account; `?2`: the earliest expiry
-    /// in the account index to look at): the certificates of the account `?1` and of the
-    /// accounts that hold the SPIFFE ID `?1` (`certificate_subjects`), through their chains and
-    /// the account index, never a scan of the table.
+    /// to look at), through the account index only: for each expiry day, the account's
+    /// certificates and those of the accounts that hold the SPIFFE ID (`certificate_subjects`).
     package static let bySubjectOrAccount = expiryDays + """
-        names(name) AS (SELECT ?1 UNION SELECT common_name FROM certificate_subjects WHERE subject = ?1),
-        """ + accountRows + """
         SELECT * FROM certificates
-        WHERE rowid IN (SELECT id FROM found) AND (common_name = ?1 OR subject = ?1)
+        WHERE expiry_day IN (SELECT d FROM days)
+            AND common_name IN (SELECT ?1 UNION SELECT common_name FROM certificate_subjects WHERE subject = ?1)
+            AND (common_name = ?1 OR subject = ?1)
         ORDER BY issued_at DESC
         """
 
-    /// `revokeAccount`'s first step, a read (`?1`: the account, `?2`: the time of revocation):
-    /// the serials of the account's certificates not yet revoked or expired — its whole chain,
-    /// and the account index's entries in the expiry days from that time's on. It walks the
-    /// account's whole history, so it runs outside the write lock.
-    package static let accountLiveSerials = expiryDays + """
-        names(name) AS (SELECT ?1),
-        """ + accountRows + """
-        SELECT serial FROM certificates
-        WHERE rowid IN (SELECT id FROM found) AND common_name = ?1 AND revoked_at IS NULL AND not_after > ?2
-        """
-
-    /// `revokeAccount`'s second step, the update (`?1`: the account, `?2`: the time of
-    /// revocation, `?3`: the reason, `?4`: the account's latest certificate when the first step
-    /// read, or NULL; `?5`: the serials it found, a JSON array): those, and the certificates the
-    /// account recorded since (its chain from its latest now back to `?4`), not yet revoked or
-    /// expired.
-    package static let revokeAccountUpdate = """
-        WITH RECURSIVE newer(serial) AS (
-            SELECT latest FROM accounts WHERE common_name = ?1 AND latest IS NOT ?4
-            UNION
-            SELECT account_previous FROM certificates JOIN newer USING (serial)
-            WHERE account_previous IS NOT NULL AND account_previous IS NOT ?4
-        )
+    /// `revokeAccount`'s update (`?1`: the account, `?2`: the time of revocation, `?3`: the
+    /// reason): the account's certificates not yet expired, probed in the expiry days from that
+    /// time's on.
+    package static let revokeAccountUpdate = expiryDays + """
         UPDATE certificates SET revoked_at = ?2, revocation_reason = ?3
-        WHERE serial IN (SELECT serial FROM newer UNION SELECT value FROM json_each(?5))
-            AND common_name = ?1 AND revoked_at IS NULL AND not_after > ?2
+        WHERE expiry_day IN (SELECT d FROM days) AND common_name = ?1 AND revoked_at IS NULL AND not_after > ?2
         RETURNING *
         """
 
@@ -491,20 +406,9 @@ public final class SQLiteLedger: CertificateLedger {
         guard !account.isEmpty else { throw PeerCAError(.invalidRequest, "the account is empty: no sessions to end") }
         let at = date.timeIntervalSince1970
         do {
-            // The account's live certificates as one snapshot shows them, read beside the writer:
-            // walking a long history (≈ 3 µs a certificate) holds up no issuance.
-            let (head, live) = try await pool.read { db in
-                (
-                    try String.fetchOne(db, sql: "SELECT latest FROM accounts WHERE common_name = ?", arguments: [account]),
-                    try String.fetchAll(db, sql: SQLiteLedger.accountLiveSerials, arguments: [account, at])
-                )
-            }
-            let serials = String(decoding: try JSONEncoder().encode(live), as: UTF8.self)
             return try await pool.write { db in
                 // RETURNING gives the rows as updated; one write transaction with the session row.
-                // The certificates the account recorded after the snapshot are its chain's newest,
-                // down to the latest the snapshot saw.
-                let revoked = try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: [account, at, reason.rawValue, head, serials])
+                let revoked = try Row.fetchAll(db, sql: SQLiteLedger.revokeAccountUpdate, arguments: [account, at, reason.rawValue])
                     .map(SQLiteLedger.entry(row:))
                 try db.execute(
                     sql: """
