@@ -79,29 +79,32 @@ end
 LUA
 url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime, in clock ticks
-commits() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^tokenserver_ledger_commits /{c=$2} /^tokenserver_ledger_committed_certificates /{n=$2} END{print c, n}'; }
-read -r commits_before committed_before <<< "$(commits)"
-server_before=$(ticks "$server")
-# wrk under python, for its CPU time (getrusage of the children once it has exited).
-wrk_cpu=$(python3 - "$work/wrk.out" wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
-import resource, subprocess, sys
-with open(sys.argv[1], "w") as out:
-    subprocess.run(sys.argv[2:], stdout=out, check=True)
+# The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
+# (getrusage of the child once it has exited), the ledger's commits (the server's /metrics).
+python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
+    wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
+import os, re, resource, subprocess, sys, urllib.request
+server, metrics, library_rate, connections, bodies, wrk = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+def cpu_seconds():
+    fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def commits():
+    text = urllib.request.urlopen(metrics, timeout=5).read().decode()
+    values = dict(re.findall(r"^(tokenserver_ledger_commits|tokenserver_ledger_committed_certificates) ([0-9.e+]+)$", text, re.M))
+    return float(values["tokenserver_ledger_commits"]), float(values["tokenserver_ledger_committed_certificates"])
+commits_before, server_before = commits(), cpu_seconds()
+output = subprocess.run(wrk, stdout=subprocess.PIPE, text=True, check=True).stdout
+server_cpu, commits_after = cpu_seconds() - server_before, commits()
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(usage.ru_utime + usage.ru_stime)
+result = next(line for line in output.splitlines() if line.startswith("RESULT "))
+print(f"http POST /v1/certificates ({connections} connections, wrk -t2, {bodies} distinct requests): {result[len('RESULT '):]}")
+fields = result.split()
+rate, requests, errors = float(fields[2]), int(fields[8]), int(fields[10])
+print(f"CPU per request: server {server_cpu / requests * 1e6:.0f} µs, wrk {(usage.ru_utime + usage.ru_stime) / requests * 1e6:.0f} µs")
+batches, certificates = commits_after[0] - commits_before[0], commits_after[1] - commits_before[1]
+print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} certificates each")
+print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
+if errors:
+    sys.exit(f"issuance_load: {errors} errors")
 PY
-)
-server_ticks=$(( $(ticks "$server") - server_before ))
-read -r commits_after committed_after <<< "$(commits)"
-http=$(grep RESULT "$work/wrk.out")
-echo "http POST /v1/certificates ($connections connections, wrk -t2, $bodies distinct requests): ${http#RESULT }"
-http_rate=$(echo "$http" | awk '{print $3}')
-requests=$(echo "$http" | awk '{print $9}')
-python3 -c 'import os, sys; hz = os.sysconf("SC_CLK_TCK"); s, w, n = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]); print(f"CPU per request: server {s / hz / n * 1e6:.0f} µs, wrk {w / n * 1e6:.0f} µs")' "$server_ticks" "$wrk_cpu" "$requests"
-python3 -c 'import sys; c0, n0, c1, n1 = (float(a) for a in sys.argv[1:]); print(f"ledger commits: {c1 - c0:.0f}, {(n1 - n0) / max(c1 - c0, 1):.1f} certificates each")' \
-  "$commits_before" "$committed_before" "$commits_after" "$committed_after"
-errors=$(echo "$http" | awk '{print $11}')
-python3 -c 'import sys; h, l = float(sys.argv[1]), float(sys.argv[2]); print(f"http / library 2-core: {h:.0f} / {l:.0f} = {h / l:.3f}")' "$http_rate" "$library_rate"
 echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"
-[ "$errors" = 0 ] || { echo "issuance_load: $errors errors" >&2; exit 1; }

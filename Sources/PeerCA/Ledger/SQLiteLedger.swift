@@ -36,8 +36,7 @@ public final class SQLiteLedger: CertificateLedger {
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date. Another
     /// process creating or migrating the same file at that moment is waited for (no new attempt
     /// after 30 s; this blocks the calling thread, so call it off the concurrency pool's threads
-    /// where that matters);
-    /// a file that is not a ledger, or a missing directory, throws at once
+    /// where that matters); a file that is not a ledger, or a missing directory, throws at once
     /// (``PeerCAError/Code/ledger``).
     public convenience init(path: String) throws(PeerCAError) {
         try self.init(path: path, checkpointEvery: BackgroundCheckpoints.defaultInterval)
