@@ -103,7 +103,7 @@ let package = Package(
         .target(
             name: "PeerCA",
             dependencies: [
-                "TokenKit", "CSQLiteWAL",
+                "TokenKit", "CSQLiteWAL", "COpenSSL",
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
                 .product(name: "Crypto", package: "swift-crypto", condition: peerCA),

@@ -89,9 +89,11 @@ def cpu_seconds():
     fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 def commits():
+    # The ledger's transactions and certificates, and the CA's signatures from presigned nonces and whole.
     text = urllib.request.urlopen(metrics, timeout=5).read().decode()
-    values = dict(re.findall(r"^(tokenserver_ledger_commits|tokenserver_ledger_committed_certificates) ([0-9.e+]+)$", text, re.M))
-    return float(values["tokenserver_ledger_commits"]), float(values["tokenserver_ledger_committed_certificates"])
+    names = ("tokenserver_ledger_commits", "tokenserver_ledger_committed_certificates", "tokenserver_ca_presigned_signatures", "tokenserver_ca_whole_signatures")
+    values = dict(re.findall(r"^(" + "|".join(names) + r") ([0-9.e+]+)$", text, re.M))
+    return [float(values.get(name, 0)) for name in names]
 commits_before, server_before = commits(), cpu_seconds()
 output = subprocess.run(wrk, stdout=subprocess.PIPE, text=True, check=True).stdout
 server_cpu, commits_after = cpu_seconds() - server_before, commits()
@@ -103,6 +105,8 @@ rate, requests, errors = float(fields[2]), int(fields[8]), int(fields[10])
 print(f"CPU per request: server {server_cpu / requests * 1e6:.0f} µs, wrk {(usage.ru_utime + usage.ru_stime) / requests * 1e6:.0f} µs")
 batches, certificates = commits_after[0] - commits_before[0], commits_after[1] - commits_before[1]
 print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} certificates each")
+presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
+print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
 if errors:
     sys.exit(f"issuance_load: {errors} errors")

@@ -136,8 +136,8 @@ enum IssuanceBench {
             + "  " + ratio + "  " + r.notes
     }
 
-    static func run(seconds: Double, reps: Int, window: Int, selected: (String) -> Bool, json: String?) async throws {
-        printNow("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row; load average \(loadAverage())")
+    static func run(seconds: Double, reps: Int, window: Int, presigning: Bool = true, selected: (String) -> Bool, json: String?) async throws {
+        printNow("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row\(presigning ? "" : "; --no-presign"); load average \(loadAverage())")
         printNow(header)
         var results: [IssuanceResult] = []
         var limit: IssuanceLimit?
@@ -151,7 +151,7 @@ enum IssuanceBench {
         }
         var oneCoreRate: Double?
         for (name, pin) in [(oneCoreName, true), (twoCoreName, false)] where selected(name) {
-            var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window)
+            var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window, presigning: presigning)
             if let limitRate { result.ratioToLimit = result.rate / limitRate }
             if pin { oneCoreRate = result.rate } else if let oneCoreRate { result.notes += String(format: "; %.2f× the 1-core row", result.rate / oneCoreRate) }
             printNow(line(result))
@@ -190,9 +190,10 @@ enum IssuanceBench {
     }
 
     /// Runs a library row in a child tokenbench and reads its RESULT line.
-    static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int) throws -> IssuanceResult {
+    static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int, presigning: Bool = true) throws -> IssuanceResult {
         let fields = try childResult(
-            ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"], pinToOneCPU: pinToOneCPU, what: name)
+            ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"] + (presigning ? [] : ["--no-presign"]),
+            pinToOneCPU: pinToOneCPU, what: name)
         guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
             let issued = Int(fields["issued"] ?? "")
         else { throw BenchError("\(name): unreadable result \(fields)") }
@@ -201,7 +202,7 @@ enum IssuanceBench {
         return IssuanceResult(
             name: name, rate: rate, p50: p50, p99: p99, issued: issued,
             notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
-                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(f("presigned_pct"))% signed with a presigned nonce; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
     }
 
     /// Runs this tokenbench again with `arguments` (under `taskset -c 0` when `pinToOneCPU`) and
@@ -234,15 +235,16 @@ enum IssuanceBench {
     }
 
     /// The child side: one library row, printed as `RESULT key=value …`.
-    static func runChild(name: String, seconds: Double, reps: Int, window: Int) async throws {
+    static func runChild(name: String, seconds: Double, reps: Int, window: Int, presigning: Bool = true) async throws {
         let width = await PoolProbe.width()
         printNow("\(name): \(PoolProbe.describe(width))")
         let workload = try IssuanceWorkload()
-        let (result, rows) = try await withTemporaryLedger { ca, path, ledger in
+        let (result, rows) = try await withTemporaryLedger(presigning: presigning) { ca, path, ledger in
             let authority = ca(workload)
             try await workload.check(with: authority)
             let cpuBefore = cpuSeconds(), wallBefore = nowNanoseconds(), writtenBefore = bytesWritten()
             let commitsBefore = ledger.commitStatistics
+            let presignedBefore = authority.authority.presigner?.statistics ?? .init()
             var result = try await IssuanceDriver.measure(name: name, window: window, seconds: seconds, reps: reps) { i in
                 _ = try await workload.issue(i, with: authority)
             }
@@ -252,9 +254,12 @@ enum IssuanceBench {
             let written = Double(bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
             let commits = ledger.commitStatistics
             let perCommit = Double(commits.requests - commitsBefore.requests) / Double(max(commits.batches - commitsBefore.batches, 1))
+            // The share of signatures made from a nonce computed beforehand (P256Presigner).
+            let presigned = authority.authority.presigner?.statistics ?? .init()
+            let used = presigned.used - presignedBefore.used, missed = presigned.missed - presignedBefore.missed
             result.notes = String(
-                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f", 1e6 * cpu / Double(max(result.issued, 1)),
-                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit)
+                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f presigned_pct=%.0f", 1e6 * cpu / Double(max(result.issued, 1)),
+                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit, 100 * Double(used) / Double(max(used + missed, 1)))
             return (result, try countRows(sqlitePath: path))
         }
         // The check's certificate, then every one the driver issued.
@@ -266,16 +271,19 @@ enum IssuanceBench {
     }
 
     /// A durable SQLite ledger (synchronous=FULL, as shipped) in a new temporary directory,
-    /// removed afterwards; `body` gets a maker of CAs on it and the file's path.
+    /// removed afterwards; `body` gets a maker of CAs on it and the file's path (`presigning: false`:
+    /// CAs that sign every certificate whole, without ``P256Presigner``'s nonces).
     static func withTemporaryLedger<T>(
-        _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String, _ ledger: SQLiteLedger) async throws -> T
+        presigning: Bool = true, _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String, _ ledger: SQLiteLedger) async throws -> T
     ) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-issuance-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("ledger.sqlite").path
         let ledger = try SQLiteLedger(path: path)
-        return try await body({ PeerCertificateAuthority(authority: $0.material.authority, policy: $0.policy, ledger: ledger) }, path, ledger)
+        return try await body(
+            { PeerCertificateAuthority(authority: presigning ? $0.material.authority : $0.material.authority.withoutPresigning, policy: $0.policy, ledger: ledger) },
+            path, ledger)
     }
 
     /// Rows in an SQLite ledger's certificates table, read through a connection of our own.

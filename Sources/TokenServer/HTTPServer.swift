@@ -96,11 +96,21 @@ public enum TokenHTTPServer {
             let committed = metrics.makeGauge(
                 name: "tokenserver_ledger_committed_certificates", help: "Certificates recorded by those transactions")
             let largest = metrics.makeGauge(name: "tokenserver_ledger_largest_commit", help: "The most certificates one transaction recorded")
+            // The CA's signatures made from a nonce computed while the CPU was idle, and those
+            // made whole because none was ready (a P-256 issuing key; none otherwise).
+            let presigned = metrics.makeGauge(
+                name: "tokenserver_ca_presigned_signatures", help: "CA signatures finished from a nonce computed beforehand, while the CPU was idle")
+            let whole = metrics.makeGauge(
+                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole because no presigned nonce was ready")
             router.get("/metrics") { _, _ -> Response in
                 if let statistics = service.store.commitStatistics {
                     commits.set(Int64(statistics.batches))
                     committed.set(Int64(statistics.requests))
                     largest.set(Int64(statistics.largestBatch))
+                }
+                if let statistics = service.ca.authority.presigner?.statistics {
+                    presigned.set(Int64(statistics.used))
+                    whole.set(Int64(statistics.missed))
                 }
                 return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http
             }

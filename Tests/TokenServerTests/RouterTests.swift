@@ -260,9 +260,14 @@ struct RouterTests {
         }
     }
 
-    /// /metrics shows the ledger's group commit: transactions and the certificates in them.
+    /// /metrics shows the ledger's group commit (transactions and the certificates in them) and
+    /// the CA's signatures made from presigned nonces.
     @Test func metricsShowTheLedgersCommits() async throws {
         let fixture = try await Fixture()
+        // Nonces ready for the three certificates: each is signed from one.
+        let presigner = try #require(fixture.service.ca.authority.presigner)
+        #expect(presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
+        let before = presigner.statistics
         let registry = PrometheusCollectorRegistry()
         let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
         try await app.test(.router) { client in
@@ -278,6 +283,8 @@ struct RouterTests {
             #expect(metrics.contains("\ntokenserver_ledger_commits 3"), "\(metrics)")
             #expect(metrics.contains("\ntokenserver_ledger_committed_certificates 3"))
             #expect(metrics.contains("\ntokenserver_ledger_largest_commit 1"))
+            #expect(metrics.contains("\ntokenserver_ca_presigned_signatures \(before.used + 3).0\n"), "\(metrics)")
+            #expect(metrics.contains("\ntokenserver_ca_whole_signatures \(before.missed).0\n"))
         }
     }
 }
