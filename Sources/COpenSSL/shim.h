@@ -196,12 +196,15 @@ static inline int tt_ecdsa_sign_presigned(void *key, const unsigned char *digest
 static inline void tt_bn_clear_free(BIGNUM *bn) { BN_clear_free(bn); }
 
 #include <sched.h>
+#include <sys/resource.h>
 // Puts the calling thread in Linux's SCHED_IDLE class (5): it runs only on a CPU nothing else
-// wants. 0 on success.
+// wants. Where that is refused (a seccomp profile, another kernel), the lowest nice value (19)
+// instead: on Linux both apply to the calling thread only. 0: SCHED_IDLE; 1: nice 19; -1: neither.
 static inline int tt_thread_set_idle_priority(void) {
     struct sched_param parameter;
     memset(&parameter, 0, sizeof(parameter));
-    return sched_setscheduler(0, 5, &parameter);
+    if (sched_setscheduler(0, 5, &parameter) == 0) return 0;
+    return setpriority(PRIO_PROCESS, 0, 19) == 0 ? 1 : -1;
 }
 
 #endif

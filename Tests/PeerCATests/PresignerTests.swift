@@ -60,11 +60,29 @@ struct PresignerTests {
         #expect(!running())
         #expect(try #require(presigner).fill(atLeast: 8, timeout: 120))
         #expect(running())
+        // It runs in Linux's SCHED_IDLE class (policy 5, the 41st field of its /proc stat line).
+        let policies = try Self.presignerThreadPolicies()
+        #expect(!policies.isEmpty && policies.allSatisfy { $0 == 5 }, "\(policies)")
         presigner = nil
         let deadline = Date().addingTimeInterval(60)
         while running(), Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(!running())
         _ = presigner
+    }
+
+    /// The scheduling policy of each thread of this process named P256Presigner.
+    static func presignerThreadPolicies() throws -> [Int] {
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
+        return tasks.compactMap { tid -> Int? in
+            guard let comm = try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8),
+                comm.trimmingCharacters(in: .whitespacesAndNewlines) == "P256Presigner",
+                let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
+                let afterName = stat.range(of: ") ", options: .backwards)
+            else { return nil }
+            // Fields from the 3rd (state) on, after the parenthesised name.
+            let fields = stat[afterName.upperBound...].split(separator: " ")
+            return fields.count > 38 ? Int(fields[38]) : nil
+        }
     }
 
     /// The CA's leaves are signed from presigned nonces once some are ready, and `openssl verify`

@@ -163,11 +163,12 @@ package final class P256Presigner: Sendable {
         func startThread() {
             running.store(true, ordering: .releasing)
             let thread = Thread { [self] in
+                // Named from inside: the name a debugger, `top -H` and the tests see.
+                Thread.current.name = "P256Presigner"
                 _ = tt_thread_set_idle_priority()
                 run()
                 running.store(false, ordering: .releasing)
             }
-            thread.name = "P256Presigner"
             thread.start()
         }
 
