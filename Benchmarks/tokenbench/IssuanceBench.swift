@@ -256,10 +256,10 @@ enum IssuanceBench {
             let perCommit = Double(commits.requests - commitsBefore.requests) / Double(max(commits.batches - commitsBefore.batches, 1))
             // The share of signatures made from a nonce computed beforehand (P256Presigner).
             let presigned = authority.authority.presigner?.statistics ?? .init()
-            let used = presigned.used - presignedBefore.used, missed = presigned.missed - presignedBefore.missed
+            let used = presigned.used - presignedBefore.used, signatures = presigned.signatures - presignedBefore.signatures
             result.notes = String(
                 format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f presigned_pct=%.0f", 1e6 * cpu / Double(max(result.issued, 1)),
-                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit, 100 * Double(used) / Double(max(used + missed, 1)))
+                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit, 100 * Double(used) / Double(max(signatures, 1)))
             return (result, try countRows(sqlitePath: path))
         }
         // The check's certificate, then every one the driver issued.

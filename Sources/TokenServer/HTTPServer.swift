@@ -110,7 +110,7 @@ public enum TokenHTTPServer {
                 }
                 if let statistics = service.ca.authority.presigner?.statistics {
                     presigned.set(Int64(statistics.used))
-                    whole.set(Int64(statistics.missed))
+                    whole.set(Int64(statistics.missed + statistics.busy))
                 }
                 return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http
             }

@@ -20,6 +20,7 @@ struct PresignerTests {
             for i in 0..<64 {
                 let message = Array("message \(round)-\(i)".utf8)
                 let digest = SHA256.hash(data: message)
+                // nil only when the refilling thread (woken at half) holds the lock at that moment.
                 guard let raw = digest.withUnsafeBytes({ presigner.sign(digest: $0) }) else { continue }
                 signed += 1
                 #expect(raw.count == 64)
@@ -29,10 +30,13 @@ struct PresignerTests {
                 #expect(rs.insert(Array(raw.prefix(32))).inserted, "a nonce was used twice")
             }
         }
-        // The store was full before each round: at least its 64 pairs were used each time.
-        #expect(signed >= 192)
+        // The store was full before each round, so no signature found it empty; each was made
+        // from a pair unless the thread held the lock (counted as busy).
         let statistics = presigner.statistics
         #expect(statistics.used == signed)
+        #expect(statistics.missed == 0)
+        #expect(statistics.used + statistics.busy == 192)
+        #expect(signed >= 96, "the first half of each round comes before the thread is woken")
         #expect(statistics.presigned >= statistics.used)
     }
 
@@ -60,9 +64,9 @@ struct PresignerTests {
         #expect(!running())
         #expect(try #require(presigner).fill(atLeast: 8, timeout: 120))
         #expect(running())
-        // It runs in Linux's SCHED_IDLE class (policy 5, the 41st field of its /proc stat line).
-        let policies = try Self.presignerThreadPolicies()
-        #expect(!policies.isEmpty && policies.allSatisfy { $0 == 5 }, "\(policies)")
+        // It runs in Linux's SCHED_IDLE class (policy 5), or at nice 19 where that is refused.
+        let scheduling = try Self.scheduling(ofThread: try #require(presigner?.threadID))
+        #expect(scheduling.policy == 5 || (scheduling.policy == 0 && scheduling.nice == 19), "\(scheduling)")
         presigner = nil
         let deadline = Date().addingTimeInterval(60)
         while running(), Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
@@ -70,19 +74,14 @@ struct PresignerTests {
         _ = presigner
     }
 
-    /// The scheduling policy of each thread of this process named P256Presigner.
-    static func presignerThreadPolicies() throws -> [Int] {
-        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
-        return tasks.compactMap { tid -> Int? in
-            guard let comm = try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8),
-                comm.trimmingCharacters(in: .whitespacesAndNewlines) == "P256Presigner",
-                let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
-                let afterName = stat.range(of: ") ", options: .backwards)
-            else { return nil }
-            // Fields from the 3rd (state) on, after the parenthesised name.
-            let fields = stat[afterName.upperBound...].split(separator: " ")
-            return fields.count > 38 ? Int(fields[38]) : nil
-        }
+    /// A thread's scheduling policy and nice value: the 41st and 19th fields of its /proc stat line.
+    static func scheduling(ofThread tid: Int32) throws -> (policy: Int, nice: Int) {
+        let stat = try String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8)
+        let afterName = try #require(stat.range(of: ") ", options: .backwards))
+        // Fields from the 3rd (state) on, after the parenthesised name.
+        let fields = stat[afterName.upperBound...].split(separator: " ")
+        try #require(fields.count > 38)
+        return (try #require(Int(fields[38])), try #require(Int(fields[16])))
     }
 
     /// The CA's leaves are signed from presigned nonces once some are ready, and `openssl verify`

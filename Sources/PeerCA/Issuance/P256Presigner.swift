@@ -23,14 +23,20 @@ import Synchronization
 package final class P256Presigner: Sendable {
     /// What the presigner has done so far.
     package struct Statistics: Sendable, Equatable {
-        /// Pairs computed, signatures made from one, and signatures asked for when none was ready.
+        /// Pairs computed, and signatures made from one.
         package var presigned = 0
         package var used = 0
+        /// Signatures made whole: no pair was ready, or the thread held the store's lock at that
+        /// moment (the signer does not wait for it).
         package var missed = 0
+        package var busy = 0
         /// Pairs ready now.
         package var ready = 0
 
         package init() {}
+
+        /// Signatures asked for.
+        package var signatures: Int { used + missed + busy }
     }
 
     /// The most pairs kept ready. 128 covers the signatures of a few of the ledger's flushes (one
@@ -50,33 +56,36 @@ package final class P256Presigner: Sendable {
         shared = Shared(key: ECSigningKey(taking: key), capacity: max(1, capacity), owner: owner)
     }
 
+    /// Ends the thread, which clears the pairs as it goes (without taking the store's lock here:
+    /// the thread, of the lowest class, may hold it and not be given a CPU for a while).
     deinit { shared.stop() }
 
+    /// Read without the store's lock (for the same reason): a `/metrics` scrape never waits.
     package var statistics: Statistics {
-        shared.state.withLock { state in
-            var statistics = state.statistics
-            statistics.ready = state.ready.count
-            return statistics
-        }
+        var statistics = Statistics()
+        statistics.presigned = shared.presigned.load(ordering: .relaxed)
+        statistics.used = shared.used.load(ordering: .relaxed)
+        statistics.missed = shared.missed.load(ordering: .relaxed)
+        statistics.busy = shared.busy.load(ordering: .relaxed)
+        statistics.ready = shared.ready.load(ordering: .relaxed)
+        return statistics
     }
 
     /// The signature (`r ‖ s`, 64 bytes) of a SHA-256 `digest` from a pair computed beforehand, or
-    /// nil when none is ready (or the lock is busy: the caller signs at once rather than wait).
+    /// nil when none is ready or the thread holds the store's lock (the caller then signs whole
+    /// rather than wait for a thread that may not get a CPU soon).
     package func sign(digest: UnsafeRawBufferPointer) -> [UInt8]? {
         // A forked child's copy of the store is its parent's: never used (nor its lock, which the
         // parent's thread may have held at the fork).
-        guard getpid() == shared.owner else { return nil }
+        guard getpid() == shared.owner, let base = digest.baseAddress else { return nil }
         var start = false, wake = false
         let taken = shared.state.withLockIfAvailable { state -> Nonce? in
             if !state.started {
                 state.started = true
                 start = true
             }
-            guard let nonce = state.ready.popLast() else {
-                state.statistics.missed += 1
-                return nil
-            }
-            state.statistics.used += 1
+            guard let nonce = state.ready.popLast() else { return nil }
+            shared.ready.store(state.ready.count, ordering: .relaxed)
             if state.sleeping, state.ready.count <= shared.capacity / 2 {
                 state.sleeping = false
                 wake = true
@@ -85,17 +94,34 @@ package final class P256Presigner: Sendable {
         }
         if start { shared.startThread() }
         if wake { shared.wake.signal() }
-        guard let nonce = taken ?? nil, let base = digest.baseAddress else { return nil }
-        var signature = [UInt8](repeating: 0, count: 64)
-        let ok = signature.withUnsafeMutableBufferPointer { out in
-            tt_ecdsa_sign_presigned(shared.key.pointer, base.assumingMemoryBound(to: UInt8.self), Int32(digest.count), nonce.kinv, nonce.r, out.baseAddress)
+        guard let taken else {
+            shared.busy.add(1, ordering: .relaxed)
+            return nil
         }
-        return ok == 1 ? signature : nil
+        guard let nonce = taken else {
+            shared.missed.add(1, ordering: .relaxed)
+            return nil
+        }
+        var signature = [UInt8](repeating: 0, count: 64)
+        // The pair's BIGNUMs are cleared and freed with `nonce`: it lives until the call returns.
+        let ok = withExtendedLifetime(nonce) {
+            signature.withUnsafeMutableBufferPointer { out in
+                tt_ecdsa_sign_presigned(shared.key.pointer, base.assumingMemoryBound(to: UInt8.self), Int32(digest.count), nonce.kinv, nonce.r, out.baseAddress)
+            }
+        }
+        guard ok == 1 else {
+            shared.missed.add(1, ordering: .relaxed)
+            return nil
+        }
+        shared.used.add(1, ordering: .relaxed)
+        return signature
     }
 
     /// Starts the thread now rather than at the first signature (or wakes it, when it sleeps with
-    /// fewer than `capacity` pairs ready), and waits until at least `count` pairs are ready or
-    /// `timeout` seconds have passed (tests, tokenbench).
+    /// fewer than `capacity` pairs ready), and waits until at least `count` pairs are ready — for
+    /// `count` ≥ `capacity`, until the thread has gone to sleep on a full store, so it does not
+    /// hold the lock when the caller signs next — or `timeout` seconds have passed (tests,
+    /// tokenbench).
     @discardableResult
     package func fill(atLeast count: Int, timeout: Double) -> Bool {
         let (start, wake) = shared.state.withLock { state -> (Bool, Bool) in
@@ -106,9 +132,11 @@ package final class P256Presigner: Sendable {
         }
         if start { shared.startThread() }
         if wake { shared.wake.signal() }
+        let target = min(count, shared.capacity)
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if shared.state.withLock({ $0.ready.count }) >= min(count, shared.capacity) { return true }
+            let done = shared.state.withLock { state in state.ready.count >= target && (target < shared.capacity || state.sleeping) }
+            if done { return true }
             usleep(1_000)
         }
         return false
@@ -116,6 +144,12 @@ package final class P256Presigner: Sendable {
 
     /// Whether this presigner's thread runs now (tests): readable after the presigner is released.
     package var threadRunning: @Sendable () -> Bool { { [shared] in shared.running.load(ordering: .acquiring) } }
+
+    /// The thread's Linux thread ID once it runs (tests read its scheduling class in /proc), else nil.
+    package var threadID: Int32? {
+        let id = shared.threadID.load(ordering: .acquiring)
+        return id > 0 ? id : nil
+    }
 
     /// One `(k⁻¹, r)` pair, cleared and freed with the object.
     fileprivate final class Nonce: @unchecked Sendable {
@@ -136,12 +170,10 @@ package final class P256Presigner: Sendable {
         }
     }
 
-    fileprivate struct State: @unchecked Sendable {
+    fileprivate struct State {
         var ready: [Nonce] = []
         var started = false
-        var stopped = false
         var sleeping = false
-        var statistics = Statistics()
     }
 
     /// What the thread and the presigner share; the thread keeps it (and the key) alive until it
@@ -152,7 +184,14 @@ package final class P256Presigner: Sendable {
         let owner: Int32
         let state = Mutex(State())
         let wake = DispatchSemaphore(value: 0)
+        let stopped = Atomic<Bool>(false)
         let running = Atomic<Bool>(false)
+        let threadID = Atomic<Int32>(0)
+        let presigned = Atomic<Int>(0)
+        let used = Atomic<Int>(0)
+        let missed = Atomic<Int>(0)
+        let busy = Atomic<Int>(0)
+        let ready = Atomic<Int>(0)
 
         init(key: ECSigningKey, capacity: Int, owner: Int32) {
             self.key = key
@@ -163,21 +202,22 @@ package final class P256Presigner: Sendable {
         func startThread() {
             running.store(true, ordering: .releasing)
             let thread = Thread { [self] in
-                // Named from inside: the name a debugger, `top -H` and the tests see.
-                Thread.current.name = "P256Presigner"
+                // The scheduling class first, then the name a debugger, `top -H` and the tests see.
                 _ = tt_thread_set_idle_priority()
+                Thread.current.name = "P256Presigner"
+                threadID.store(tt_gettid(), ordering: .releasing)
                 run()
                 running.store(false, ordering: .releasing)
             }
             thread.start()
         }
 
-        /// Computes pairs until `capacity` are ready, sleeps until half are used, and returns once stopped.
+        /// Computes pairs until `capacity` are ready, sleeps until half are used, and returns once
+        /// stopped, clearing the pairs left.
         private func run() {
-            while true {
-                enum Next { case compute, sleep, stop }
+            while !stopped.load(ordering: .acquiring) {
+                enum Next { case compute, sleep }
                 let next = state.withLock { state -> Next in
-                    if state.stopped { return .stop }
                     if state.ready.count >= capacity {
                         state.sleeping = true
                         return .sleep
@@ -185,32 +225,31 @@ package final class P256Presigner: Sendable {
                     return .compute
                 }
                 switch next {
-                case .stop: return
                 case .sleep: wake.wait()
                 case .compute:
-                    // A failure (out of memory) leaves the store as it was; signatures are then made at once.
+                    // A failure (out of memory) leaves the store as it was; signatures are then made whole.
                     guard let nonce = Nonce(key: key) else {
                         usleep(10_000)
                         continue
                     }
                     state.withLock { state in
-                        guard !state.stopped else { return }
                         state.ready.append(nonce)
-                        state.statistics.presigned += 1
+                        ready.store(state.ready.count, ordering: .relaxed)
                     }
+                    presigned.add(1, ordering: .relaxed)
                 }
             }
-        }
-
-        /// Clears the pairs and ends the thread.
-        func stop() {
-            let pairs = state.withLock { state -> [Nonce] in
-                state.stopped = true
-                state.sleeping = false
+            let left = state.withLock { state -> [Nonce] in
                 defer { state.ready = [] }
                 return state.ready
             }
-            _ = pairs  // freed (and cleared) here, outside the lock
+            ready.store(0, ordering: .relaxed)
+            _ = left  // cleared and freed here, outside the lock
+        }
+
+        /// Ends the thread (it clears the pairs); without the lock, see `deinit`.
+        func stop() {
+            stopped.store(true, ordering: .releasing)
             wake.signal()
         }
     }
