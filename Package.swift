@@ -82,6 +82,8 @@ let package = Package(
             name: "CSQLiteWAL",
             linkerSettings: [.linkedLibrary("sqlite3")]
         ),
+        // Thread scheduling (SCHED_IDLE) for PeerCA's presigner.
+        .target(name: "CThreadPriority"),
         .target(
             name: "TokenKit",
             dependencies: ["COpenSSL", "CLibJWT"],
@@ -103,7 +105,7 @@ let package = Package(
         .target(
             name: "PeerCA",
             dependencies: [
-                "TokenKit", "CSQLiteWAL", "COpenSSL",
+                "TokenKit", "CSQLiteWAL", "COpenSSL", "CThreadPriority",
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
                 .product(name: "Crypto", package: "swift-crypto", condition: peerCA),

@@ -195,34 +195,4 @@ static inline int tt_ecdsa_sign_presigned(void *key, const unsigned char *digest
 
 static inline void tt_bn_clear_free(BIGNUM *bn) { BN_clear_free(bn); }
 
-#ifdef __linux__
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-// Puts the calling thread in Linux's SCHED_IDLE class (5): it runs only on a CPU nothing else in
-// its scheduling group wants. Where that is refused (a seccomp profile), the lowest nice value
-// (19) instead: on Linux both apply to the calling thread only. 0: SCHED_IDLE; 1: nice 19; -1:
-// neither (and on other systems, where setpriority would renice the whole process).
-static inline int tt_thread_set_idle_priority(void) {
-#ifdef __linux__
-    struct sched_param parameter;
-    memset(&parameter, 0, sizeof(parameter));
-    if (sched_setscheduler(0, 5, &parameter) == 0) return 0;
-    return setpriority(PRIO_PROCESS, 0, 19) == 0 ? 1 : -1;
-#else
-    return -1;
-#endif
-}
-
-// The calling thread's ID (Linux's gettid), -1 elsewhere.
-static inline int tt_gettid(void) {
-#ifdef __linux__
-    return (int)syscall(SYS_gettid);
-#else
-    return -1;
-#endif
-}
-
 #endif

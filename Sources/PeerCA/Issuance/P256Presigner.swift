@@ -1,4 +1,5 @@
 internal import COpenSSL
+internal import CThreadPriority
 import Foundation
 import Synchronization
 
@@ -203,9 +204,9 @@ package final class P256Presigner: Sendable {
             running.store(true, ordering: .releasing)
             let thread = Thread { [self] in
                 // The scheduling class first, then the name a debugger, `top -H` and the tests see.
-                _ = tt_thread_set_idle_priority()
+                _ = tokentool_thread_set_idle_priority()
                 Thread.current.name = "P256Presigner"
-                threadID.store(tt_gettid(), ordering: .releasing)
+                threadID.store(tokentool_thread_id(), ordering: .releasing)
                 run()
                 running.store(false, ordering: .releasing)
             }
