@@ -101,7 +101,7 @@ public enum TokenHTTPServer {
             let presigned = metrics.makeGauge(
                 name: "tokenserver_ca_presigned_signatures", help: "CA signatures finished from a nonce computed beforehand, while the CPU was idle")
             let whole = metrics.makeGauge(
-                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole because no presigned nonce was ready")
+                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole: no presigned nonce was ready, or the presigning thread held its lock")
             router.get("/metrics") { _, _ -> Response in
                 if let statistics = service.store.commitStatistics {
                     commits.set(Int64(statistics.batches))
