@@ -139,10 +139,10 @@ static inline void tt_hmac_key_free(void *key) {
 // for a fresh random k ahead of time and ECDSA_do_sign_ex finishes a signature from them in
 // under 1 µs. Each (k^-1, r) pair must sign one message only (two signatures with one k give the
 // private key away): the caller takes each pair out of its store before using it and frees it
-// with BN_clear_free after. The EC_KEY calls are deprecated in 3.0 and present in every 3.x.
+// with BN_clear_free after (and the key with EC_KEY_free). The EC_KEY calls are deprecated in 3.0 and present in every 3.x.
 
 // A P-256 signing key from its 32-byte private scalar (big-endian); NULL if it is not one.
-static inline void *tt_p256_signing_key_new(const unsigned char *scalar32) {
+static inline EC_KEY *tt_p256_signing_key_new(const unsigned char *scalar32) {
     EC_KEY *key = EC_KEY_new_by_curve_name(NID_X9_62_prime256v1);
     BIGNUM *d = BN_bin2bn(scalar32, 32, NULL);
     EC_POINT *q = NULL;
@@ -163,13 +163,11 @@ static inline void *tt_p256_signing_key_new(const unsigned char *scalar32) {
     return key;
 }
 
-static inline void tt_ec_key_free(void *key) { EC_KEY_free((EC_KEY *)key); }
-
 // A fresh nonce's k^-1 mod n and r: both set (owned by the caller) and 1, or both NULL and 0.
-static inline int tt_ecdsa_presign(void *key, BIGNUM **kinv, BIGNUM **r) {
+static inline int tt_ecdsa_presign(EC_KEY *key, BIGNUM **kinv, BIGNUM **r) {
     *kinv = NULL;
     *r = NULL;
-    if (ECDSA_sign_setup((EC_KEY *)key, NULL, kinv, r) == 1 && *kinv != NULL && *r != NULL) return 1;
+    if (ECDSA_sign_setup(key, NULL, kinv, r) == 1 && *kinv != NULL && *r != NULL) return 1;
     BN_clear_free(*kinv);
     BN_clear_free(*r);
     *kinv = NULL;
@@ -179,9 +177,9 @@ static inline int tt_ecdsa_presign(void *key, BIGNUM **kinv, BIGNUM **r) {
 }
 
 // Signs a digest with a presigned nonce and writes r || s (32 bytes each) to out64: 1, or 0.
-static inline int tt_ecdsa_sign_presigned(void *key, const unsigned char *digest, int digest_len, const BIGNUM *kinv, const BIGNUM *r,
+static inline int tt_ecdsa_sign_presigned(EC_KEY *key, const unsigned char *digest, int digest_len, const BIGNUM *kinv, const BIGNUM *r,
                                           unsigned char *out64) {
-    ECDSA_SIG *sig = ECDSA_do_sign_ex(digest, digest_len, kinv, r, (EC_KEY *)key);
+    ECDSA_SIG *sig = ECDSA_do_sign_ex(digest, digest_len, kinv, r, key);
     if (sig == NULL) {
         ERR_clear_error();
         return 0;
@@ -192,7 +190,5 @@ static inline int tt_ecdsa_sign_presigned(void *key, const unsigned char *digest
     ECDSA_SIG_free(sig);
     return ok;
 }
-
-static inline void tt_bn_clear_free(BIGNUM *bn) { BN_clear_free(bn); }
 
 #endif

@@ -31,8 +31,6 @@ package final class P256Presigner: Sendable {
         /// moment (the signer does not wait for it).
         package var missed = 0
         package var busy = 0
-        /// Pairs ready now.
-        package var ready = 0
 
         package init() {}
 
@@ -49,7 +47,7 @@ package final class P256Presigner: Sendable {
     /// nil when `privateKey` (the 32-byte scalar) is not a P-256 private key. `owner`: the process
     /// whose signatures may use the pairs (tests pass another to see a forked child's refusal).
     package init?(privateKey: [UInt8], capacity: Int = P256Presigner.defaultCapacity, owner: Int32 = getpid()) {
-        let made: UnsafeMutableRawPointer? = privateKey.withUnsafeBufferPointer { buffer in
+        let made: OpaquePointer? = privateKey.withUnsafeBufferPointer { buffer in
             guard buffer.count == 32, let base = buffer.baseAddress else { return nil }
             return tt_p256_signing_key_new(base)
         }
@@ -68,7 +66,6 @@ package final class P256Presigner: Sendable {
         statistics.used = shared.used.load(ordering: .relaxed)
         statistics.missed = shared.missed.load(ordering: .relaxed)
         statistics.busy = shared.busy.load(ordering: .relaxed)
-        statistics.ready = shared.ready.load(ordering: .relaxed)
         return statistics
     }
 
@@ -81,20 +78,12 @@ package final class P256Presigner: Sendable {
         guard getpid() == shared.owner, let base = digest.baseAddress else { return nil }
         var start = false, wake = false
         let taken = shared.state.withLockIfAvailable { state -> Nonce? in
-            if !state.started {
-                state.started = true
-                start = true
-            }
+            start = state.claimStart()
             guard let nonce = state.ready.popLast() else { return nil }
-            shared.ready.store(state.ready.count, ordering: .relaxed)
-            if state.sleeping, state.ready.count <= shared.capacity / 2 {
-                state.sleeping = false
-                wake = true
-            }
+            wake = state.wake(if: state.ready.count <= shared.capacity / 2)
             return nonce
         }
-        if start { shared.startThread() }
-        if wake { shared.wake.signal() }
+        shared.kick(start: start, wake: wake)
         guard let taken else {
             shared.busy.add(1, ordering: .relaxed)
             return nil
@@ -125,14 +114,8 @@ package final class P256Presigner: Sendable {
     /// tokenbench).
     @discardableResult
     package func fill(atLeast count: Int, timeout: Double) -> Bool {
-        let (start, wake) = shared.state.withLock { state -> (Bool, Bool) in
-            defer { state.started = true }
-            let wake = state.sleeping && state.ready.count < shared.capacity
-            if wake { state.sleeping = false }
-            return (!state.started, wake)
-        }
-        if start { shared.startThread() }
-        if wake { shared.wake.signal() }
+        let (start, wake) = shared.state.withLock { state in (state.claimStart(), state.wake(if: state.ready.count < shared.capacity)) }
+        shared.kick(start: start, wake: wake)
         let target = min(count, shared.capacity)
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
@@ -144,9 +127,9 @@ package final class P256Presigner: Sendable {
     }
 
     /// Whether this presigner's thread runs now (tests): readable after the presigner is released.
-    package var threadRunning: @Sendable () -> Bool { { [shared] in shared.running.load(ordering: .acquiring) } }
+    package var threadRunning: @Sendable () -> Bool { { [shared] in shared.threadID.load(ordering: .acquiring) != 0 } }
 
-    /// The thread's Linux thread ID once it runs (tests read its scheduling class in /proc), else nil.
+    /// The thread's Linux thread ID while it runs (tests read its scheduling class in /proc), else nil.
     package var threadID: Int32? {
         let id = shared.threadID.load(ordering: .acquiring)
         return id > 0 ? id : nil
@@ -166,8 +149,8 @@ package final class P256Presigner: Sendable {
         }
 
         deinit {
-            tt_bn_clear_free(kinv)
-            tt_bn_clear_free(r)
+            BN_clear_free(kinv)
+            BN_clear_free(r)
         }
     }
 
@@ -175,6 +158,20 @@ package final class P256Presigner: Sendable {
         var ready: [Nonce] = []
         var started = false
         var sleeping = false
+
+        /// Marks the thread started: true the first time (the caller then starts it).
+        mutating func claimStart() -> Bool {
+            defer { started = true }
+            return !started
+        }
+
+        /// Ends the thread's sleep when it sleeps and `condition` holds: true when the caller must
+        /// signal it.
+        mutating func wake(if condition: Bool) -> Bool {
+            guard sleeping, condition else { return false }
+            sleeping = false
+            return true
+        }
     }
 
     /// What the thread and the presigner share; the thread keeps it (and the key) alive until it
@@ -186,13 +183,12 @@ package final class P256Presigner: Sendable {
         let state = Mutex(State())
         let wake = DispatchSemaphore(value: 0)
         let stopped = Atomic<Bool>(false)
-        let running = Atomic<Bool>(false)
+        /// The thread's ID while it runs, 0 before and after.
         let threadID = Atomic<Int32>(0)
         let presigned = Atomic<Int>(0)
         let used = Atomic<Int>(0)
         let missed = Atomic<Int>(0)
         let busy = Atomic<Int>(0)
-        let ready = Atomic<Int>(0)
 
         init(key: ECSigningKey, capacity: Int, owner: Int32) {
             self.key = key
@@ -200,17 +196,19 @@ package final class P256Presigner: Sendable {
             self.owner = owner
         }
 
-        func startThread() {
-            running.store(true, ordering: .releasing)
-            let thread = Thread { [self] in
-                // The scheduling class first, then the name a debugger, `top -H` and the tests see.
-                _ = tokentool_thread_set_idle_priority()
-                Thread.current.name = "P256Presigner"
-                threadID.store(tokentool_thread_id(), ordering: .releasing)
-                run()
-                running.store(false, ordering: .releasing)
+        /// Starts the thread (`start`, once) and ends its sleep (`wake`), as decided under the lock.
+        func kick(start: Bool, wake: Bool) {
+            if start {
+                Thread { [self] in
+                    // The scheduling class first, then the name a debugger, `top -H` and the tests see.
+                    _ = tokentool_thread_set_idle_priority()
+                    Thread.current.name = "P256Presigner"
+                    threadID.store(tokentool_thread_id(), ordering: .releasing)
+                    run()
+                    threadID.store(0, ordering: .releasing)
+                }.start()
             }
-            thread.start()
+            if wake { self.wake.signal() }
         }
 
         /// Computes pairs until `capacity` are ready, sleeps until half are used, and returns once
@@ -233,10 +231,7 @@ package final class P256Presigner: Sendable {
                         usleep(10_000)
                         continue
                     }
-                    state.withLock { state in
-                        state.ready.append(nonce)
-                        ready.store(state.ready.count, ordering: .relaxed)
-                    }
+                    state.withLock { $0.ready.append(nonce) }
                     presigned.add(1, ordering: .relaxed)
                 }
             }
@@ -244,7 +239,6 @@ package final class P256Presigner: Sendable {
                 defer { state.ready = [] }
                 return state.ready
             }
-            ready.store(0, ordering: .relaxed)
             _ = left  // cleared and freed here, outside the lock
         }
 
@@ -259,9 +253,9 @@ package final class P256Presigner: Sendable {
 /// Owns an OpenSSL `EC_KEY` (P-256, with its private scalar) and frees it. `@unchecked Sendable`:
 /// the key is never changed after it is made, and OpenSSL's signing calls only read it.
 final class ECSigningKey: @unchecked Sendable {
-    let pointer: UnsafeMutableRawPointer
+    let pointer: OpaquePointer
 
-    init(taking pointer: UnsafeMutableRawPointer) { self.pointer = pointer }
+    init(taking pointer: OpaquePointer) { self.pointer = pointer }
 
-    deinit { tt_ec_key_free(pointer) }
+    deinit { EC_KEY_free(pointer) }
 }
