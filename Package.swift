@@ -82,8 +82,8 @@ let package = Package(
             name: "CSQLiteWAL",
             linkerSettings: [.linkedLibrary("sqlite3")]
         ),
-        // Thread scheduling (SCHED_IDLE) for PeerCA's presigner.
-        .target(name: "CThreadPriority"),
+        // PeerCA presigner thread: scheduling (SCHED_IDLE) and the exit gate for its OpenSSL calls.
+        .target(name: "CBackgroundThread"),
         .target(
             name: "TokenKit",
             dependencies: ["COpenSSL", "CLibJWT"],
@@ -105,7 +105,7 @@ let package = Package(
         .target(
             name: "PeerCA",
             dependencies: [
-                "TokenKit", "CSQLiteWAL", "COpenSSL", "CThreadPriority",
+                "TokenKit", "CSQLiteWAL", "COpenSSL", "CBackgroundThread",
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
                 .product(name: "Crypto", package: "swift-crypto", condition: peerCA),

@@ -1,5 +1,5 @@
 internal import COpenSSL
-internal import CThreadPriority
+internal import CBackgroundThread
 import Foundation
 import Synchronization
 
@@ -199,20 +199,33 @@ package final class P256Presigner: Sendable {
         /// Starts the thread (`start`, once) and ends its sleep (`wake`), as decided under the lock.
         func kick(start: Bool, wake: Bool) {
             if start {
-                Thread { [self] in
-                    // The scheduling class first, then the name a debugger, `top -H` and the tests see.
-                    _ = tokentool_thread_set_idle_priority()
-                    Thread.current.name = "P256Presigner"
-                    threadID.store(tokentool_thread_id(), ordering: .releasing)
-                    run()
-                    threadID.store(0, ordering: .releasing)
+                // The thread's reference, released by the thread inside the exit gate: when it is
+                // the last one, the pairs and the key are freed there too.
+                let retained = Unmanaged.passRetained(self)
+                Thread {
+                    retained.takeUnretainedValue().runThread()
+                    tokentool_background_enter()
+                    retained.release()
+                    tokentool_background_leave()
                 }.start()
             }
             if wake { self.wake.signal() }
         }
 
+        /// The thread's body: its scheduling class first, then the name a debugger, `top -H` and
+        /// the tests see, then `run()`.
+        private func runThread() {
+            _ = tokentool_thread_set_idle_priority()
+            Thread.current.name = "P256Presigner"
+            threadID.store(tokentool_thread_id(), ordering: .releasing)
+            run()
+            threadID.store(0, ordering: .releasing)
+        }
+
         /// Computes pairs until `capacity` are ready, sleeps until half are used, and returns once
-        /// stopped, clearing the pairs left.
+        /// stopped, clearing the pairs left. Its OpenSSL work goes through the exit gate
+        /// (CBackgroundThread): the process's exit waits for a pair being computed, and OpenSSL's
+        /// own clean-up at exit then finds this thread out of its way.
         private func run() {
             while !stopped.load(ordering: .acquiring) {
                 enum Next { case compute, sleep }
@@ -227,7 +240,10 @@ package final class P256Presigner: Sendable {
                 case .sleep: wake.wait()
                 case .compute:
                     // A failure (out of memory) leaves the store as it was; signatures are then made whole.
-                    guard let nonce = Nonce(key: key) else {
+                    tokentool_background_enter()
+                    let made = Nonce(key: key)
+                    tokentool_background_leave()
+                    guard let nonce = made else {
                         usleep(10_000)
                         continue
                     }
@@ -235,11 +251,14 @@ package final class P256Presigner: Sendable {
                     presigned.add(1, ordering: .relaxed)
                 }
             }
-            let left = state.withLock { state -> [Nonce] in
+            var left = state.withLock { state -> [Nonce] in
                 defer { state.ready = [] }
                 return state.ready
             }
-            _ = left  // cleared and freed here, outside the lock
+            // Cleared and freed here, outside the lock and inside the gate.
+            tokentool_background_enter()
+            left.removeAll()
+            tokentool_background_leave()
         }
 
         /// Ends the thread (it clears the pairs); without the lock, see `deinit`.

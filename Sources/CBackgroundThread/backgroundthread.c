@@ -1,0 +1,66 @@
+// See include/CBackgroundThread.h.
+#include "CBackgroundThread.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifdef __linux__
+#include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
+
+int tokentool_thread_set_idle_priority(void) {
+#ifdef __linux__
+    struct sched_param parameter;
+    memset(&parameter, 0, sizeof(parameter));
+    if (sched_setscheduler(0, 5, &parameter) == 0) return 0;
+    return setpriority(PRIO_PROCESS, 0, 19) == 0 ? 1 : -1;
+#else
+    return -1;
+#endif
+}
+
+int tokentool_thread_id(void) {
+#ifdef __linux__
+    return (int)syscall(SYS_gettid);
+#else
+    return -1;
+#endif
+}
+
+static pthread_mutex_t gate_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
+static int gate_inside = 0;
+static int gate_closed = 0;
+static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
+
+// At exit: close the gate and wait for the threads inside to leave.
+static void gate_close(void) {
+    pthread_mutex_lock(&gate_mutex);
+    gate_closed = 1;
+    while (gate_inside > 0) pthread_cond_wait(&gate_empty, &gate_mutex);
+    pthread_mutex_unlock(&gate_mutex);
+}
+
+static void gate_register(void) { atexit(gate_close); }
+
+void tokentool_background_enter(void) {
+    pthread_once(&gate_once, gate_register);
+    pthread_mutex_lock(&gate_mutex);
+    if (gate_closed) {
+        pthread_mutex_unlock(&gate_mutex);
+        for (;;) pause();  // the process is ending: stay out of its way
+    }
+    gate_inside += 1;
+    pthread_mutex_unlock(&gate_mutex);
+}
+
+void tokentool_background_leave(void) {
+    pthread_mutex_lock(&gate_mutex);
+    gate_inside -= 1;
+    if (gate_inside == 0) pthread_cond_broadcast(&gate_empty);
+    pthread_mutex_unlock(&gate_mutex);
+}

@@ -1,0 +1,28 @@
+// A background thread's place in the process, for PeerCA's P256Presigner: its scheduling class,
+// its ID, and a gate that keeps its OpenSSL calls out of the way of the process's exit. The
+// declarations need no system header (a Clang module that includes <sched.h> would own
+// `struct timespec` for every Swift file that imports it); backgroundthread.c includes them.
+#ifndef TOKENTOOL_CBACKGROUNDTHREAD_H
+#define TOKENTOOL_CBACKGROUNDTHREAD_H
+
+// Puts the calling thread in Linux's SCHED_IDLE class (5): it runs only on a CPU nothing else in
+// its scheduling group wants. Where that is refused (a seccomp profile), the lowest nice value
+// (19) instead: on Linux both apply to the calling thread only. 0: SCHED_IDLE; 1: nice 19; -1:
+// neither (and on other systems, where setpriority would renice the whole process).
+int tokentool_thread_set_idle_priority(void);
+
+// The calling thread's ID (Linux's gettid), -1 elsewhere.
+int tokentool_thread_id(void);
+
+// The exit gate. OpenSSL frees its global state (locks, providers, the RNG) in an atexit handler;
+// a thread still inside an OpenSSL call then crashes the exiting process (SIGSEGV in
+// pthread_rwlock_unlock, seen in `tokentool ca crl` about one run in five). A background thread
+// wraps each piece of OpenSSL work in enter/leave. The first enter registers an atexit handler;
+// handlers run in the reverse order of registration, and OpenSSL registered its own when it was
+// first used (before any thread could call enter), so this one runs first: it closes the gate and
+// waits until no thread is inside. Once the gate is closed, enter never returns (the thread sleeps
+// until the process ends), so nothing of the thread's touches OpenSSL again.
+void tokentool_background_enter(void);
+void tokentool_background_leave(void);
+
+#endif
