@@ -199,12 +199,14 @@ package final class P256Presigner: Sendable {
         /// Starts the thread (`start`, once) and ends its sleep (`wake`), as decided under the lock.
         func kick(start: Bool, wake: Bool) {
             if start {
-                // The thread's reference, released by the thread inside the exit gate: when it is
-                // the last one, the pairs and the key are freed there too.
+                // The thread's reference. Once stopped, the thread clears the pairs left and drops
+                // it inside the exit gate, in one pass: when it is the last, the key is freed
+                // there too.
                 let retained = Unmanaged.passRetained(self)
                 Thread {
                     retained.takeUnretainedValue().runThread()
                     tokentool_background_enter()
+                    retained.takeUnretainedValue().clearPairs()
                     retained.release()
                     tokentool_background_leave()
                 }.start()
@@ -223,9 +225,9 @@ package final class P256Presigner: Sendable {
         }
 
         /// Computes pairs until `capacity` are ready, sleeps until half are used, and returns once
-        /// stopped, clearing the pairs left. Its OpenSSL work goes through the exit gate
-        /// (CBackgroundThread): the process's exit waits for a pair being computed, and OpenSSL's
-        /// own clean-up at exit then finds this thread out of its way.
+        /// stopped. Its OpenSSL work goes through the exit gate (CBackgroundThread): the process's
+        /// exit waits for a pair being computed, and OpenSSL's own clean-up at exit then finds
+        /// this thread out of its way.
         private func run() {
             while !stopped.load(ordering: .acquiring) {
                 enum Next { case compute, sleep }
@@ -251,14 +253,16 @@ package final class P256Presigner: Sendable {
                     presigned.add(1, ordering: .relaxed)
                 }
             }
+        }
+
+        /// Clears and frees the pairs left (the thread, once stopped, inside the exit gate),
+        /// outside the store's lock.
+        func clearPairs() {
             var left = state.withLock { state -> [Nonce] in
                 defer { state.ready = [] }
                 return state.ready
             }
-            // Cleared and freed here, outside the lock and inside the gate.
-            tokentool_background_enter()
             left.removeAll()
-            tokentool_background_leave()
         }
 
         /// Ends the thread (it clears the pairs); without the lock, see `deinit`.
