@@ -16,7 +16,12 @@ struct IssuanceResult {
     var p99: Double
     var issued: Int
     var notes: String
+    /// The rate over the limit row's: for a library row, over the mean of the limit measured just
+    /// before and just after it (``limitAround``).
     var ratioToLimit: Double?
+    /// A library row's limit measured just before and just after it (the machine's speed drifts
+    /// by several percent from one minute to the next; the ratio is to their mean).
+    var limitAround: (before: Double, after: Double)?
 }
 
 /// Keeps a window of issuances in flight and times each.
@@ -141,27 +146,35 @@ enum IssuanceBench {
         printNow(header)
         var results: [IssuanceResult] = []
         var limit: IssuanceLimit?
-        var limitRate: Double?
+        // Every measurement of the limit, in order: the row's, then one after each library row.
+        var limitRates: [Double] = []
         if selected(limitName) {
             let (l, result) = try await limitRow(seconds: seconds, reps: reps)
             limit = l
-            limitRate = result.rate
+            limitRates.append(result.rate)
             printNow(line(result))
             results.append(result)
         }
         var oneCoreRate: Double?
         for (name, pin) in [(oneCoreName, true), (twoCoreName, false)] where selected(name) {
             var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window, presigning: presigning)
-            if let limitRate { result.ratioToLimit = result.rate / limitRate }
+            if let limit, let before = limitRates.last {
+                // The machine is shared and its speed drifts: the limit again right after the row,
+                // and the row's ratio to the mean of the limit just before and just after it.
+                let after = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue).tokensPerSecond
+                limitRates.append(after)
+                result.limitAround = (before, after)
+                result.ratioToLimit = result.rate / ((before + after) / 2)
+                result.notes += String(format: "; limit before / after this row %.0f / %.0f", before, after)
+            }
             if pin { oneCoreRate = result.rate } else if let oneCoreRate { result.notes += String(format: "; %.2f× the 1-core row", result.rate / oneCoreRate) }
             printNow(line(result))
             results.append(result)
         }
-        if let limit, let limitRate, results.count > 1 {
-            // The machine is shared: the limit again, after the library rows, shows how much its
-            // speed moved during the run.
-            let again = measure(count: limit.count, seconds: seconds, reps: reps, limit.issue).tokensPerSecond
-            printNow(String(format: "  limit again after the library rows: %.0f certs/s (%+.1f%%); load average %@", again, 100 * (again / limitRate - 1), loadAverage()))
+        if limitRates.count > 1, let first = limitRates.first, let low = limitRates.min(), let high = limitRates.max() {
+            printNow(
+                "  the limit, measured \(limitRates.count) times in this run: " + limitRates.map { String(format: "%.0f", $0) }.joined(separator: ", ")
+                    + String(format: " certs/s (lowest to highest %+.1f%% of the first); load average %@", 100 * (high - low) / first, loadAverage()))
         }
         if let json { try writeJSON(results, seconds: seconds, reps: reps, window: window, to: json) }
     }
@@ -319,6 +332,10 @@ enum IssuanceBench {
                 "p50_ms": .number(String(format: "%.3f", r.p50)), "p99_ms": .number(String(format: "%.3f", r.p99)), "notes": .string(r.notes),
             ]
             if let ratio = r.ratioToLimit { o["ratio_to_limit"] = .number(String(format: "%.4f", ratio)) }
+            if let around = r.limitAround {
+                o["limit_before"] = .number(String(format: "%.0f", around.before))
+                o["limit_after"] = .number(String(format: "%.0f", around.after))
+            }
             return .object(o)
         }
         let document: JSONValue = .object([

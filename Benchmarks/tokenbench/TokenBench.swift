@@ -47,7 +47,7 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: "Issuance soak: issue this many certificates into a durable SQLite ledger, printing RSS and certificates/s ten times along the way.")
     var soakIssue: Int?
 
-    @Flag(help: "Run the issuance rows instead of the token rows: openssl-raw.limit.issuance (the crypto no CA can skip, OpenSSL, one thread), peerca.issuance.1core (a child tokenbench under taskset -c 0) and peerca.issuance.2core (a child on both cores): token verify, CSR check, certificate, durable SQLite ledger. --filter picks among them.")
+    @Flag(help: "Run the issuance rows instead of the token rows: openssl-raw.limit.issuance (the crypto no CA can skip, OpenSSL, one thread), peerca.issuance.1core (a child tokenbench under taskset -c 0) and peerca.issuance.2core (a child on both cores): token verify, CSR check, certificate, durable SQLite ledger. The limit is measured again after each library row, and a library row's ratio is to the mean of the limit just before and just after it. --filter picks among them.")
     var issuance = false
 
     @Option(help: "Issuances kept in flight by the issuance rows and --ledger-growth.")
