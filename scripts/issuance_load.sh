@@ -6,16 +6,20 @@
 #     by wrk from a second process on loopback (2 threads, CONNECTIONS connections) for SECONDS,
 #     cycling through BODIES distinct requests (each its own HS256 token — own sub and jti — and
 #     its own P-256 CSR, made with PyJWT and cryptography before the timing);
-#  3. requests/s, p50, p99, errors; the server's and wrk's CPU per request (/proc, getrusage),
+#  3. requests/s, p50, p99, errors; the server's and wrk's CPU per request (/proc, getrusage), the
+#     server's by thread (/proc/PID/task: Swift's pool, NIO's event loops, GRDB's queues, presigner),
 #     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate.
 # wrk runs on the same 2 cores as the server: it takes CPU the server would otherwise have.
 # Usage: scripts/issuance_load.sh [SECONDS] [CONNECTIONS] [BODIES]   (defaults 10 s, 32, 256)
+# PERF_SECONDS=N (N < SECONDS - 1): also record the whole machine with perf for N seconds of the HTTP
+# run and print where the CPU went, by thread group and kind (scripts/perf_attribution.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-10}"
 connections="${2:-32}"
 bodies="${3:-256}"
 command -v wrk >/dev/null || { echo "issuance_load: apt-get install wrk (scripts/bootstrap.sh)" >&2; exit 2; }
+[ -z "${PERF_SECONDS:-}" ] || command -v perf >/dev/null || { echo "issuance_load: PERF_SECONDS needs perf (apt-get install linux-perf)" >&2; exit 2; }
 python3 -c 'import jwt, cryptography' 2>/dev/null || { echo "issuance_load: needs PyJWT and cryptography (scripts/bootstrap.sh)" >&2; exit 2; }
 build=$(swift build -c release --product tokentool 2>&1) || { echo "$build" >&2; exit 1; }
 build=$(swift build -c release --product tokenbench 2>&1) || { echo "$build" >&2; exit 1; }
@@ -81,33 +85,74 @@ url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
 # The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
 # (getrusage of the child once it has exited), the ledger's commits (the server's /metrics).
-python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
+PERF_DATA="$work/perf.data" python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
     wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
-import os, re, resource, subprocess, sys, urllib.request
+import os, re, resource, subprocess, sys, time, urllib.request
 server, metrics, library_rate, connections, bodies, wrk = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
 def cpu_seconds():
     fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# The server's threads by what they run (thread names are cut to 15 characters): Swift's
+# concurrency pool ("com.apple.root.default-qos"), NIO's event loops, libdispatch's overcommit
+# threads (GRDB's writer and reader queues, the ledger's checkpoints), the presigning thread.
+GROUPS = (("Swift pool", lambda name: name.endswith("default-qos")), ("NIO event loops", lambda name: name.startswith("NIO-")),
+          ("dispatch queues (GRDB writer, checkpoints)", lambda name: name.endswith("overcommit")), ("presigner", lambda name: name == "P256Presigner"))
+def thread_seconds():
+    # CPU seconds of each of the server's threads, by thread ID, and each thread's group.
+    seconds = {}
+    for tid in os.listdir(f"/proc/{server}/task"):
+        try:
+            stat = open(f"/proc/{server}/task/{tid}/stat").read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        group = next((label for label, matches in GROUPS if matches(name)), "other")
+        seconds[tid] = (group, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    return seconds
 def commits():
     # The ledger's transactions and certificates, and the CA's signatures from presigned nonces and whole.
     text = urllib.request.urlopen(metrics, timeout=5).read().decode()
     names = ("tokenserver_ledger_commits", "tokenserver_ledger_committed_certificates", "tokenserver_ca_presigned_signatures", "tokenserver_ca_whole_signatures")
     values = dict(re.findall(r"^(" + "|".join(names) + r") ([0-9.e+]+)$", text, re.M))
     return [float(values.get(name, 0)) for name in names]
-commits_before, server_before = commits(), cpu_seconds()
-output = subprocess.run(wrk, stdout=subprocess.PIPE, text=True, check=True).stdout
-server_cpu, commits_after = cpu_seconds() - server_before, commits()
+commits_before, server_before, threads_before = commits(), cpu_seconds(), thread_seconds()
+# PERF_SECONDS=N: a system-wide perf recording of N seconds from the second second of the run on
+# (call graphs by DWARF, 499 samples/s per CPU; it slows the run), attributed afterwards.
+perf_seconds = float(os.environ.get("PERF_SECONDS") or 0)
+load = subprocess.Popen(wrk, stdout=subprocess.PIPE, text=True)
+perf_usage = 0.0
+if perf_seconds:
+    time.sleep(1)
+    subprocess.run(["perf", "record", "-a", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf,16384", "-o", os.environ["PERF_DATA"],
+                    "--", "sleep", str(perf_seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    during = resource.getrusage(resource.RUSAGE_CHILDREN)  # perf's own CPU, kept out of wrk's
+    perf_usage = during.ru_utime + during.ru_stime
+output = load.communicate()[0]
+if load.returncode != 0:
+    sys.exit(f"issuance_load: wrk failed ({load.returncode})")
+server_cpu, threads_after, commits_after = cpu_seconds() - server_before, thread_seconds(), commits()
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 result = next(line for line in output.splitlines() if line.startswith("RESULT "))
 print(f"http POST /v1/certificates ({connections} connections, wrk -t2, {bodies} distinct requests): {result[len('RESULT '):]}")
 fields = result.split()
 rate, requests, errors = float(fields[2]), int(fields[8]), int(fields[10])
-print(f"CPU per request: server {server_cpu / requests * 1e6:.0f} µs, wrk {(usage.ru_utime + usage.ru_stime) / requests * 1e6:.0f} µs")
+print(f"CPU per request: server {server_cpu / requests * 1e6:.0f} µs, wrk {(usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6:.0f} µs")
+by_group = {}
+for tid, (group, seconds) in threads_after.items():
+    by_group[group] = by_group.get(group, 0.0) + seconds - threads_before.get(tid, (group, 0.0))[1]
+print("server CPU per request by thread: " + ", ".join(
+    f"{group} {seconds / requests * 1e6:.0f} µs" for group, seconds in sorted(by_group.items(), key=lambda item: -item[1]) if seconds > 0))
 batches, certificates = commits_after[0] - commits_before[0], commits_after[1] - commits_before[1]
 print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} certificates each")
 presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
 print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
+if perf_seconds:
+    print(f"where the CPU went during {perf_seconds:g} s of the run (perf, µs per request at this run's rate; scripts/perf_attribution.py):", flush=True)
+    script = subprocess.run(["perf", "script", "-i", os.environ["PERF_DATA"], "-F", "comm,tid,ip,sym,dso"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run([sys.executable, "scripts/perf_attribution.py", "--units", str(rate * perf_seconds), "--frequency", "499", "--top", "6"],
+                   input=script.stdout, check=True)
 if errors:
     sys.exit(f"issuance_load: {errors} errors")
 PY
