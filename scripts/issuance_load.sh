@@ -92,11 +92,9 @@ server, metrics, library_rate, connections, bodies, wrk = sys.argv[1], sys.argv[
 def cpu_seconds():
     fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-# The server's threads by what they run (thread names are cut to 15 characters): Swift's
-# concurrency pool ("com.apple.root.default-qos"), NIO's event loops, libdispatch's overcommit
-# threads (GRDB's writer and reader queues, the ledger's checkpoints), the presigning thread.
-GROUPS = (("Swift pool", lambda name: name.endswith("default-qos")), ("NIO event loops", lambda name: name.startswith("NIO-")),
-          ("dispatch queues (GRDB writer, checkpoints)", lambda name: name.endswith("overcommit")), ("presigner", lambda name: name == "P256Presigner"))
+# The server's threads grouped by what they run, as perf_attribution.py groups perf's samples.
+sys.path.insert(0, "scripts")
+from perf_attribution import group_of
 def thread_seconds():
     # CPU seconds of each of the server's threads, by thread ID, and each thread's group.
     seconds = {}
@@ -107,7 +105,7 @@ def thread_seconds():
             continue  # the thread ended meanwhile
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat.rsplit(")", 1)[1].split()
-        group = next((label for label, matches in GROUPS if matches(name)), "other")
+        group = group_of(name)
         seconds[tid] = (group, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     return seconds
 def commits():

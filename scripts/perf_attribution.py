@@ -29,6 +29,10 @@ import sys
 
 CRYPTO = re.compile(r"nistz|beeu|CCryptoBoringSSL|sha256|sha512|bn_|BN_|ecp_|ec_GFp|ECDSA|EC_|ossl_|OPENSSL_|aes_hw|gcm_")
 RUNTIME = ("libswiftCore.so", "libswift_Concurrency.so", "libdispatch.so", "libswiftDispatch.so", "libBlocksRuntime.so")
+# Threads by what they run, from their names (cut to 15 characters by the kernel): Swift's
+# concurrency pool ("com.apple.root.default-qos"), NIO's event loops, libdispatch's overcommit
+# threads (GRDB's writer and reader queues, the ledger's checkpoints), the presigning thread.
+# scripts/issuance_load.sh groups the server's per-thread CPU with the same function.
 GROUPS = (
     ("Swift pool", lambda name: name.endswith("default-qos")),
     ("NIO event loops", lambda name: name.startswith("NIO-")),
@@ -147,7 +151,7 @@ def main():
 
 
 def report(lines, total_us, units, frequency, top):
-
+    """Prints the attribution of the `perf script` text in `lines` (see the module's text)."""
     kinds = collections.Counter()  # (group, kind) → samples
     modules = collections.Counter()  # (group, module) → samples, outside crypto
     functions = collections.Counter()  # (group, kind, caller) → samples, outside crypto
