@@ -71,6 +71,8 @@ public final class TokenService: Sendable {
     let issuer: TokenIssuer?
     /// OpenWeb's `register-user` client, when `openweb` is configured.
     let openWeb: OpenWebSSO?
+    /// The service's own counters (decisions, certificates issued, sessions ended, …).
+    let counters = CounterCache()
 
     init(
         configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?,
@@ -198,7 +200,7 @@ public final class TokenService: Sendable {
             "permissions": permissions,
             "userInfo": .object(userInfo),
         ])
-        Counter(label: "tokenserver_auth_decisions_total", dimensions: [("provider", request.providerName), ("result", "accepted")]).increment()
+        counters.counter("tokenserver_auth_decisions_total", [("provider", request.providerName), ("result", "accepted")]).increment()
         return .json(200, response)
     }
 
@@ -214,7 +216,7 @@ public final class TokenService: Sendable {
             return .error(503, "keys_unavailable", "the provider's keys cannot be fetched now (\(error.code.rawValue))")
         default: (code, message) = ("invalid_token", "the token was refused")
         }
-        Counter(label: "tokenserver_auth_decisions_total", dimensions: [("provider", provider), ("result", "refused")]).increment()
+        counters.counter("tokenserver_auth_decisions_total", [("provider", provider), ("result", "refused")]).increment()
         return .json(200, .object([
             "authenticate": .bool(false), "authenticated": .bool(false), "userInfo": .string(message),
             "error": .object(["code": .string(code), "message": .string(message)]),
@@ -243,7 +245,7 @@ public final class TokenService: Sendable {
                 validity = seconds
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
-            Counter(label: "tokenserver_certificates_issued_total", dimensions: [("provider", request.providerName)]).increment()
+            counters.counter("tokenserver_certificates_issued_total", [("provider", request.providerName)]).increment()
             return .json(200, Self.certificateReply(issued))
         } catch {
             let status: Int
@@ -306,7 +308,7 @@ public final class TokenService: Sendable {
                 _ = try? await ca.revoke(serial: issued.serial, reason: .cessationOfOperation)
                 return .error(401, "session_ended", "the account's sessions were ended; sign in again")
             }
-            Counter(label: "tokenserver_certificates_renewed_total").increment()
+            counters.counter("tokenserver_certificates_renewed_total").increment()
             return .json(200, Self.certificateReply(issued, renewalOf: previous.serial))
         } catch {
             let status: Int
@@ -346,7 +348,7 @@ public final class TokenService: Sendable {
         do {
             let revoked = try await ca.ledger.revokeAccount(account, reason: reason, at: now)
             sessions.note(account, endedAt: now)
-            Counter(label: "tokenserver_sessions_ended_total", dimensions: [("by", by)]).increment()
+            counters.counter("tokenserver_sessions_ended_total", [("by", by)]).increment()
             logger.notice("sessions ended", metadata: ["account": "\(account)", "by": "\(by)", "revoked": "\(revoked.count)"])
             return .json(200, .object([
                 "account": .string(account), "revoked": .array(revoked.map { .string($0.serial) }),
@@ -366,7 +368,7 @@ public final class TokenService: Sendable {
             return .error(404, "admin_disabled", "no admin credential is configured (admin.tokenFile)")
         }
         guard let authorization, AdminCredential.matches(authorization, adminToken) else {
-            Counter(label: "tokenserver_admin_refusals_total").increment()
+            counters.counter("tokenserver_admin_refusals_total").increment()
             return .error(401, "unauthorized", "an admin bearer credential is required")
         }
         guard let value = try? JSONValue.parse(body), case .object(let object) = value else {

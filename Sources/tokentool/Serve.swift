@@ -59,7 +59,9 @@ struct Serve: AsyncParsableCommand {
     var selfCheck = false
 
     func run() async throws {
-        var logger = Logger(label: "tokentool.serve")
+        // Formats its metadata only for a message it writes (Hummingbird sets a request ID on
+        // every request's logger; swift-log's default handler formats it at each set).
+        var logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardOutput(label: $0) }
         logger.logLevel = .info
         var configuration: ServerConfiguration
         if let config {

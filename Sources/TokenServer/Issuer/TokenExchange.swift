@@ -108,7 +108,7 @@ extension TokenService {
         do {
             let key = try issuer.keys.signingKey
             let token = try JWTSigner(key: key, algorithm: .es256).sign(claims: claims, header: ["typ": .string("JWT")])
-            Counter(label: "tokenserver_tokens_issued_total", dimensions: [("audience", audience)]).increment()
+            counters.counter("tokenserver_tokens_issued_total", [("audience", audience)]).increment()
             return .json(200, .object([
                 "access_token": .string(token), "issued_token_type": .string(TokenIssuer.jwtTokenType), "token_type": .string("Bearer"),
                 "expires_in": .integer(Int(expiry - now)),

@@ -20,30 +20,30 @@ extension TokenService {
     /// never the access token); 503 `upstream_unavailable` when it cannot be had in time.
     public func openWebSSO(_ body: [UInt8]) async -> ServiceResponse {
         guard let openWeb else {
-            Self.countOpenWeb("disabled")
+            countOpenWeb("disabled")
             return .error(404, "openweb_disabled", "no OpenWeb SSO is configured (openweb)")
         }
         let request: Request
         switch parse(body, needs: ["provider", "token", "codeA"]) {
         case .failure(let error):
-            Self.countOpenWeb("rejected")
+            countOpenWeb("rejected")
             return error.response
         case .success(let parsed): request = parsed
         }
         if let extra = request.object.keys.first(where: { !["provider", "token", "codeA", "appID", "databaseID"].contains($0) }) {
-            Self.countOpenWeb("rejected")
+            countOpenWeb("rejected")
             return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
         }
         let codeA = request.object["codeA"]?.stringValue ?? ""
         guard !codeA.isEmpty, codeA.utf8.count <= OpenWebSSO.maxCodeABytes, codeA.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
-            Self.countOpenWeb("rejected")
+            countOpenWeb("rejected")
             return .error(
                 400, "invalid_request", "\"codeA\" must be 1 to \(OpenWebSSO.maxCodeABytes) printable ASCII characters without spaces (the SDK's codeA)")
         }
         let outcome: ProviderVerifier.Outcome
         switch await verifiedCallerOrError(request) {
         case .failure(let error):
-            Self.countOpenWeb("rejected")
+            countOpenWeb("rejected")
             return error.response
         case .success(let verified): outcome = verified
         }
@@ -58,17 +58,17 @@ extension TokenService {
             }
             userName = try Self.userField(claims, claim: openWeb.settings.userNameClaim, as: "user_name")
         } catch {
-            Self.countOpenWeb("rejected")
+            countOpenWeb("rejected")
             return .error(403, error.code, error.message)
         }
         let account = outcome.identity.accountUID
         switch await openWeb.registerUser(codeA: codeA, primaryKey: primaryKey, userName: userName) {
         case .codeB(let codeB):
-            Self.countOpenWeb("ok")
+            countOpenWeb("ok")
             logger.info("OpenWeb SSO: vouched", metadata: ["account": "\(account)", "provider": "\(request.providerName)"])
             return .json(200, .object(["codeB": .string(codeB)]))
         case .refused(let status, let reason, let excerpt):
-            Self.countOpenWeb("upstream_refused")
+            countOpenWeb("upstream_refused")
             logger.warning("OpenWeb SSO: OpenWeb refused", metadata: ["account": "\(account)", "status": "\(status)", "reason": "\(reason)"])
             var error: [String: JSONValue] = [
                 "code": .string("upstream_refused"), "message": .string("OpenWeb refused the user: \(reason)"), "upstreamStatus": .integer(status),
@@ -76,7 +76,7 @@ extension TokenService {
             if !excerpt.isEmpty { error["upstreamExcerpt"] = .string(excerpt) }
             return .json(502, .object(["error": .object(error)]))
         case .unavailable(let reason):
-            Self.countOpenWeb("upstream_unavailable")
+            countOpenWeb("upstream_unavailable")
             logger.warning("OpenWeb SSO: OpenWeb unavailable", metadata: ["account": "\(account)", "reason": "\(reason)"])
             return .error(503, "upstream_unavailable", "OpenWeb cannot be reached now: \(reason)")
         }
@@ -104,7 +104,7 @@ extension TokenService {
 
     /// `tokenserver_openweb_requests_total{result}`: `ok`, `rejected` (nothing was sent to
     /// OpenWeb), `upstream_refused`, `upstream_unavailable`, `disabled`.
-    static func countOpenWeb(_ result: String) {
-        Counter(label: "tokenserver_openweb_requests_total", dimensions: [("result", result)]).increment()
+    func countOpenWeb(_ result: String) {
+        counters.counter("tokenserver_openweb_requests_total", [("result", result)]).increment()
     }
 }
