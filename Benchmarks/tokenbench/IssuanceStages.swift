@@ -38,6 +38,13 @@ enum IssuanceStages {
         let intermediates = ca.authority.intermediates
         let leafDERs = leaves
         let intermediatesPEM = intermediates.map(\.pemString).joined()
+        let replies: [JSONValue] = (0..<n).map { i in
+            .object([
+                "certificate": .string(PEM.encode(label: "CERTIFICATE", der: leaves[i]) + intermediatesPEM),
+                "serial": .string(SerialNumbers.hex(SerialNumbers.random())), "notAfter": .string(ISO8601Text.string(notAfter)),
+                "renewAfter": .string(ISO8601Text.string(now)), "spiffeID": .string(identities[i].spiffeID), "identity": identities[i].jsonValue,
+            ])
+        }
         let stages: [(String, (Int) -> Bool)] = [
             ("token.verify (HS256 + claims)", { i in (try? verifier.verify(tokens[i])) != nil }),
             ("identity (policy)", { i in (try? workload.policy.identity(for: verified[i], now: now)) != nil }),
@@ -58,6 +65,8 @@ enum IssuanceStages {
             }),
             ("leaf.parse (Certificate(derEncoded:))", { i in (try? Certificate(derEncoded: leafDERs[i])) != nil }),
             ("reply.chainPEM", { i in (PEM.encode(label: "CERTIFICATE", der: leaves[i]) + intermediatesPEM).utf8.count > 100 }),
+            // The certificate reply as POST /v1/certificates writes it (TokenService.certificateReply's members).
+            ("reply.json (compactBytes)", { i in replies[i].compactBytes.count > 1000 }),
         ]
         printNow("tokenbench --issuance-stages: one thread, \(n) tokens and P-256 CSRs; µs per call (median pass)")
         var total = 0.0
@@ -66,6 +75,17 @@ enum IssuanceStages {
             let m = measure(count: n, seconds: seconds, reps: reps, body)
             printNow(name.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", m.nanosecondsPerToken / 1000))
             total += m.nanosecondsPerToken
+        }
+        // A long JSON reply: POST /v1/logout's for an account with 20,000 certificates (its
+        // revoked serials, as TokenService writes them), written once per call.
+        let listingName = "json.logout-reply (20,000 serials)"
+        if selected(listingName) {
+            let reply: JSONValue = .object([
+                "account": .string(identities[0].accountUID),
+                "revoked": .array((0..<20_000).map { _ in .string(SerialNumbers.hex(SerialNumbers.random())) }),
+            ])
+            let m = measure(count: 1, seconds: seconds, reps: reps) { _ in reply.compactBytes.count > 400_000 }
+            printNow(listingName.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", m.nanosecondsPerToken / 1000))
         }
         // A signature from a nonce computed beforehand (P256Presigner), as the CA makes one when
         // the presigner has one ready: passes of 128 signatures (the presigner's capacity), each
