@@ -59,7 +59,7 @@ struct TokenBench: AsyncParsableCommand {
     @Flag(help: "With --issuance: the library rows sign every certificate whole, without the nonces the CA computes while the CPU is idle (P256Presigner), for a before/after comparison.")
     var noPresign = false
 
-    @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, a signature from a presigned nonce, reply PEM), without the ledger: where the time the limit row does not spend goes.")
+    @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, a signature from a presigned nonce, reply PEM and JSON; and a 20,000-serial logout reply, one call), without the ledger: where the time the limit row does not spend goes.")
     var issuanceStages = false
 
     @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue (in a child tokenbench that opens the ledger as filled) for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")

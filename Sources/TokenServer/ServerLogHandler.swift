@@ -57,11 +57,14 @@ public struct ServerLogHandler: LogHandler {
         self.output = output
     }
 
+    /// One metadata item; setting it stores the value as given, unformatted.
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
+    /// Writes `event` as `StreamLogHandler` would: this handler's metadata, then the provider's,
+    /// then the event's own (later ones win for the same key), formatted once.
     public func log(event: LogEvent) {
         // Merged as StreamLogHandler merges (the handler's metadata, then the provider's, then the
         // message's), and handed over as the message's own, so it is formatted once.
