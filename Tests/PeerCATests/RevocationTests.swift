@@ -1,5 +1,6 @@
 import Foundation
 @testable import PeerCA
+import Synchronization
 import TestSupport
 import Testing
 import TokenKit
@@ -46,18 +47,66 @@ struct RevocationTests {
         let accepted = try openssl.run(["verify", "-crl_check", "-CAfile", "cas.pem", "-CRLfile", "crl.pem", "second.pem"])
         #expect(accepted.status == 0, "\(accepted.output)")
 
-        // Our own parser verifies and reads it; CRL numbers grow.
+        // Our own parser verifies and reads it.
         let list = try RevocationList(crl, issuer: test.material.authority.issuer)
         #expect(list.isRevoked(try first.certificate.serialNumber))
         #expect(!list.isRevoked(try second.certificate.serialNumber))
-        let next = try RevocationList(try await test.ca.crl(), issuer: test.material.authority.issuer)
-        #expect((next.number ?? 0) > (list.number ?? 0))
         // A CRL signed by another CA, or tampered with, is refused.
         let other = try TestCA()
         #expect(throws: PeerCAError.self) { _ = try RevocationList(crl, issuer: other.material.authority.issuer) }
         var tampered = crl
         tampered[tampered.count / 2] ^= 0x01
         #expect(throws: PeerCAError.self) { _ = try RevocationList(tampered, issuer: test.material.authority.issuer) }
+    }
+
+    /// A CRL is made again (a new number, a durable write, a signature) when the revoked list
+    /// has changed or the last one is half through its validity; otherwise the last is given
+    /// again, whoever asks how often.
+    @Test func crlIsMadeAgainOnlyWhenItsListOrAgeCallsForIt() async throws {
+        let openssl = try OpenSSL()
+        let now = Mutex(Date().timeIntervalSince1970.rounded(.down))
+        let test = try TestCA(clock: VerificationClock { now.withLock { $0 } })
+        let issuer = test.material.authority.issuer
+        let csr = try openssl.csr("p256", name: "d")
+        let first = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        let second = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+
+        let empty = try await test.ca.crl(validity: 600)
+        let emptyAgain = try await test.ca.crl(validity: 600)
+        #expect(emptyAgain == empty)
+        let emptyNumber = try #require(try RevocationList(empty, issuer: issuer).number)
+
+        // A revocation: a new CRL with a higher number lists it.
+        _ = try await test.ca.revoke(serial: first.serial, reason: .keyCompromise)
+        let one = try await test.ca.crl(validity: 600)
+        let oneList = try RevocationList(one, issuer: issuer)
+        #expect(oneList.isRevoked(try first.certificate.serialNumber))
+        let oneNumber = try #require(oneList.number)
+        #expect(oneNumber > emptyNumber)
+        let oneAgain = try await test.ca.crl(validity: 600)
+        #expect(oneAgain == one)
+
+        // A revocation the ledger has but this CA object did not make (another instance, or
+        // `tokentool ca revoke` on the same ledger) is in the next CRL too.
+        _ = try await test.ca.ledger.revoke(serial: second.serial, reason: .superseded, at: Date(timeIntervalSince1970: now.withLock { $0 }))
+        let two = try RevocationList(try await test.ca.crl(validity: 600), issuer: issuer)
+        #expect(two.isRevoked(try second.certificate.serialNumber))
+        #expect(two.isRevoked(try first.certificate.serialNumber))
+        let twoDER = try await test.ca.crl(validity: 600)
+
+        // Just short of half its validity, the same CRL; at half, a new one, same list, higher number.
+        now.withLock { $0 += 299 }
+        let beforeHalf = try await test.ca.crl(validity: 600)
+        #expect(beforeHalf == twoDER)
+        now.withLock { $0 += 1 }
+        let renewed = try RevocationList(try await test.ca.crl(validity: 600), issuer: issuer)
+        let renewedNumber = try #require(renewed.number)
+        #expect(renewedNumber > (two.number ?? .max))
+        #expect(renewed.revoked.count == 2)
+        // Asked for another validity, a CRL made for it.
+        let longer = try await test.ca.crl(validity: 3600)
+        let longerNumber = try #require(try RevocationList(longer, issuer: issuer).number)
+        #expect(longerNumber > renewedNumber)
     }
 
     @Test func opensslReadsOurOCSPResponses() async throws {

@@ -2,6 +2,7 @@ public import Foundation
 public import TokenKit
 public import X509
 import SwiftASN1
+import Synchronization
 
 /// A peer certificate the CA issued, and what to send the device.
 ///
@@ -67,6 +68,15 @@ public final class PeerCertificateAuthority: Sendable {
     /// The parts of every leaf that do not change; nil when the issuing certificate's extensions
     /// do not parse (issuance then fails with ``PeerCAError/Code/invalidCAMaterial``).
     private let template: LeafTemplate?
+    /// The last CRL ``crl(validity:)`` made, given again while it still says the same thing.
+    private let lastCRL = Mutex<IssuedCRL?>(nil)
+
+    private struct IssuedCRL {
+        let revoked: [CRLEncoder.Revoked]
+        let thisUpdate: Date
+        let validity: TimeInterval
+        let der: [UInt8]
+    }
 
     public init(authority: CertificateAuthority, policy: IssuancePolicy, ledger: any CertificateLedger, clock: VerificationClock = .system) {
         self.authority = authority
@@ -238,16 +248,28 @@ public final class PeerCertificateAuthority: Sendable {
     }
 
     /// A signed CRL (DER) listing every revoked, unexpired certificate, valid for `validity` seconds.
+    ///
+    /// The ledger's revoked certificates are read at every call, so a revocation (made here or by
+    /// another instance sharing the ledger) is in the next CRL. A new CRL — a new number from the
+    /// ledger, which is a durable write, and a signature — is made only when that list has
+    /// changed or the last CRL has run through half its validity; otherwise the last one is
+    /// given again. (Before, every `GET /v1/crl`, which anyone may send, cost a durable write.)
     public func crl(validity: TimeInterval = 86_400) async throws(PeerCAError) -> [UInt8] {
         let now = Date(timeIntervalSince1970: clock.now.rounded(.down))
-        let revoked = try await ledger.revoked(notExpiredAt: now)
+        let revoked = try await ledger.revoked(notExpiredAt: now).compactMap { entry -> CRLEncoder.Revoked? in
+            guard case .revoked(let at, let reason) = entry.status, let serial = SerialNumbers.parse(entry.serial) else { return nil }
+            return CRLEncoder.Revoked(serial: serial, at: at, reason: reason)
+        }
+        if let last = lastCRL.withLock({ $0 }), last.validity == validity, last.thisUpdate <= now,
+            now < last.thisUpdate.addingTimeInterval(validity / 2), last.revoked == revoked
+        {
+            return last.der
+        }
         let number = try await ledger.nextCRLNumber()
-        return try CRLEncoder.encode(
-            authority: authority, number: number, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity),
-            revoked: revoked.compactMap { entry in
-                guard case .revoked(let at, let reason) = entry.status, let serial = SerialNumbers.parse(entry.serial) else { return nil }
-                return CRLEncoder.Revoked(serial: serial, at: at, reason: reason)
-            })
+        let der = try CRLEncoder.encode(
+            authority: authority, number: number, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity), revoked: revoked)
+        lastCRL.withLock { $0 = IssuedCRL(revoked: revoked, thisUpdate: now, validity: validity, der: der) }
+        return der
     }
 
     /// An OCSP response (DER) for an OCSP request (DER), signed by the issuing CA. Malformed

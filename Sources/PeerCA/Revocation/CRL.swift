@@ -4,7 +4,7 @@ public import X509
 
 /// RFC 5280 certificate revocation lists: encoded by the CA, parsed and verified by peers.
 enum CRLEncoder {
-    struct Revoked {
+    struct Revoked: Equatable, Sendable {
         let serial: Certificate.SerialNumber
         let at: Date
         let reason: LedgerEntry.RevocationReason
