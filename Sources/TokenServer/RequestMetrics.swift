@@ -74,8 +74,9 @@ final class CounterCache: Sendable {
     private let counters = Mutex<[Key: Counter]>([:])
     private let factory: (any MetricsFactory)?
 
-    /// Counters made by `factory`; with nil, by the metrics system bootstrapped when each counter
-    /// is first used (a service is made before `tokentool serve` bootstraps it).
+    /// Counters made by `factory`; with nil, by the metrics system as it is when each counter is
+    /// first used (a service is made before `tokentool serve` bootstraps it). A counter first used
+    /// before `MetricsSystem.bootstrap` is kept with the no-op factory it got then.
     init(factory: (any MetricsFactory)? = nil) { self.factory = factory }
 
     func counter(_ label: String, _ dimensions: [(String, String)] = []) -> Counter {

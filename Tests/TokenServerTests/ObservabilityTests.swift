@@ -25,6 +25,10 @@ private final class RenderCount: CustomStringConvertible, Sendable {
     var renders: Int { count.withLock { $0 } }
 }
 
+private struct Refused: Error, CustomStringConvertible {
+    var description: String { "refused" }
+}
+
 @Suite struct ServerLogHandlerTests {
     /// The line without its timestamp (the first field, which two handlers may write a second apart).
     private func withoutTimestamps(_ text: String) -> [Substring] {
@@ -63,9 +67,11 @@ private final class RenderCount: CustomStringConvertible, Sendable {
             target.info("no metadata of its own")
             target.warning("with its own", metadata: ["a": "overridden", "c": ["k": "v"]])
             target.debug("at debug")
+            target.error("with an error", error: Refused(), metadata: ["d": "4"])
             target.trace("below debug: not written")
         }
-        #expect(ours.text.split(separator: "\n").count == 3)
+        #expect(ours.text.split(separator: "\n").count == 4)
+        #expect(ours.text.contains("error.message=refused"))
         #expect(withoutTimestamps(ours.text) == withoutTimestamps(theirs.text))
         #expect(!ours.text.contains("not written"))
         #expect(ours.text.contains(#"a=overridden b=from-provider c=["k": "v"] p=1 [TokenServerTests] with its own"#))

@@ -72,6 +72,7 @@ public final class PeerCertificateAuthority: Sendable {
     private let lastCRL = Mutex<IssuedCRL?>(nil)
 
     private struct IssuedCRL {
+        let number: Int64
         let revoked: [CRLEncoder.Revoked]
         let thisUpdate: Date
         let validity: TimeInterval
@@ -256,10 +257,15 @@ public final class PeerCertificateAuthority: Sendable {
     /// given again. (Before, every `GET /v1/crl`, which anyone may send, cost a durable write.)
     public func crl(validity: TimeInterval = 86_400) async throws(PeerCAError) -> [UInt8] {
         let now = Date(timeIntervalSince1970: clock.now.rounded(.down))
-        let revoked = try await ledger.revoked(notExpiredAt: now).compactMap { entry -> CRLEncoder.Revoked? in
-            guard case .revoked(let at, let reason) = entry.status, let serial = SerialNumbers.parse(entry.serial) else { return nil }
-            return CRLEncoder.Revoked(serial: serial, at: at, reason: reason)
-        }
+        // In one order whatever the ledger's (it sorts by revocation time only, and an account's
+        // certificates share theirs), so that an unchanged list compares equal.
+        let revoked = try await ledger.revoked(notExpiredAt: now)
+            .compactMap { entry -> (String, CRLEncoder.Revoked)? in
+                guard case .revoked(let at, let reason) = entry.status, let serial = SerialNumbers.parse(entry.serial) else { return nil }
+                return (entry.serial, CRLEncoder.Revoked(serial: serial, at: at, reason: reason))
+            }
+            .sorted { ($0.1.at, $0.0) < ($1.1.at, $1.0) }
+            .map(\.1)
         if let last = lastCRL.withLock({ $0 }), last.validity == validity, last.thisUpdate <= now,
             now < last.thisUpdate.addingTimeInterval(validity / 2), last.revoked == revoked
         {
@@ -268,7 +274,11 @@ public final class PeerCertificateAuthority: Sendable {
         let number = try await ledger.nextCRLNumber()
         let der = try CRLEncoder.encode(
             authority: authority, number: number, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity), revoked: revoked)
-        lastCRL.withLock { $0 = IssuedCRL(revoked: revoked, thisUpdate: now, validity: validity, der: der) }
+        // Two calls that both made one: the higher number stays (numbers only go up).
+        lastCRL.withLock { last in
+            if let kept = last, kept.number > number { return }
+            last = IssuedCRL(number: number, revoked: revoked, thisUpdate: now, validity: validity, der: der)
+        }
         return der
     }
 
