@@ -12,7 +12,7 @@ public import Logging
 /// written.
 ///
 /// ```swift
-/// let logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardOutput(label: $0) }
+/// let logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardError(label: $0) }
 /// ```
 public struct ServerLogHandler: LogHandler {
     private let label: String
@@ -27,14 +27,14 @@ public struct ServerLogHandler: LogHandler {
     /// The metadata provider consulted for every written message.
     public var metadataProvider: Logger.MetadataProvider?
 
-    /// A handler that writes to standard output, as swift-log's default handler does.
+    /// A handler that writes to standard output.
     public static func standardOutput(label: String, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) -> ServerLogHandler {
         ServerLogHandler(label: label, metadataProvider: metadataProvider) { label in
             StreamLogHandler.standardOutput(label: label, metadataProvider: nil)
         }
     }
 
-    /// A handler that writes to standard error.
+    /// A handler that writes to standard error, where swift-log's default handler writes.
     public static func standardError(label: String, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) -> ServerLogHandler {
         ServerLogHandler(label: label, metadataProvider: metadataProvider) { label in
             StreamLogHandler.standardError(label: label, metadataProvider: nil)

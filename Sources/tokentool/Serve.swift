@@ -61,7 +61,7 @@ struct Serve: AsyncParsableCommand {
     func run() async throws {
         // Formats its metadata only for a message it writes (Hummingbird sets a request ID on
         // every request's logger; swift-log's default handler formats it at each set).
-        var logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardOutput(label: $0) }
+        var logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardError(label: $0) }
         logger.logLevel = .info
         var configuration: ServerConfiguration
         if let config {

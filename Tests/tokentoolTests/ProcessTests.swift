@@ -17,6 +17,11 @@ struct ServeProcessTests {
         #expect(result.out.contains("listening on http://127.0.0.1:"))
         #expect(result.out.contains("curl -s -X POST"))
         #expect(result.out.contains("self-check passed"))
+        // Log lines go to standard error (swift-log's default, kept by ServerLogHandler); standard
+        // output has only what serve says to its user, which scripts read for the port.
+        #expect(result.err.contains("[HummingbirdCore] Server started"), "\(result.err)")
+        #expect(result.err.contains("created a CA"), "\(result.err)")
+        #expect(!result.out.contains("[HummingbirdCore]") && !result.out.contains("created a CA"), "\(result.out)")
         #expect(FileManager.default.fileExists(atPath: dir.appendingPathComponent("tokentool-state/ca/root.pem").path))
         // A second start reuses the CA.
         let root = try Data(contentsOf: dir.appendingPathComponent("tokentool-state/ca/root.pem"))
