@@ -412,7 +412,7 @@ public final class TokenService: Sendable {
     /// The CA roots (PEM), for peers to trust.
     public var caPEM: String { ca.authority.root.pemString }
 
-    /// The CA's signed CRL (DER), made again only when needed (``PeerCertificateAuthority/crl(validity:)``).
+    /// The CA's signed CRL (DER), made again only when needed (`PeerCertificateAuthority.crl(validity:)`).
     public func crl() async -> ServiceResponse {
         do { return ServiceResponse(status: 200, contentType: "application/pkix-crl", body: try await ca.crl()) } catch {
             logger.error("CRL failed", metadata: ["error": "\(error)"])
