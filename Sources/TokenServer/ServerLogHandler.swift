@@ -15,10 +15,10 @@ public import Logging
 /// let logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardError(label: $0) }
 /// ```
 public struct ServerLogHandler: LogHandler {
-    private let label: String
-    private let output: @Sendable (String) -> StreamLogHandler
+    /// The handler that writes a message, made for each message written.
+    private let output: @Sendable () -> StreamLogHandler
 
-    /// The least severe level this handler writes.
+    /// The least severe level this handler writes (`Logger` checks it before calling ``log(event:)``).
     public var logLevel: Logger.Level = .info
 
     /// Metadata added to every message, formatted only when a message is written.
@@ -27,32 +27,17 @@ public struct ServerLogHandler: LogHandler {
     /// The metadata provider consulted for every written message.
     public var metadataProvider: Logger.MetadataProvider?
 
-    /// A handler that writes to standard output.
-    public static func standardOutput(label: String, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) -> ServerLogHandler {
-        ServerLogHandler(label: label, metadataProvider: metadataProvider) { label in
-            StreamLogHandler.standardOutput(label: label, metadataProvider: nil)
-        }
-    }
-
     /// A handler that writes to standard error, where swift-log's default handler writes.
     public static func standardError(label: String, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) -> ServerLogHandler {
-        ServerLogHandler(label: label, metadataProvider: metadataProvider) { label in
-            StreamLogHandler.standardError(label: label, metadataProvider: nil)
-        }
+        ServerLogHandler(metadataProvider: metadataProvider) { StreamLogHandler.standardError(label: label, metadataProvider: nil) }
     }
 
     /// A handler that writes to `stream`.
     public init(label: String, stream: any TextOutputStream & Sendable, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) {
-        self.init(label: label, metadataProvider: metadataProvider) { label in
-            StreamLogHandler(label: label, stream: stream, metadataProvider: nil)
-        }
+        self.init(metadataProvider: metadataProvider) { StreamLogHandler(label: label, stream: stream, metadataProvider: nil) }
     }
 
-    private init(
-        label: String, metadataProvider: Logger.MetadataProvider?,
-        output: @escaping @Sendable (String) -> StreamLogHandler
-    ) {
-        self.label = label
+    private init(metadataProvider: Logger.MetadataProvider?, output: @escaping @Sendable () -> StreamLogHandler) {
         self.metadataProvider = metadataProvider
         self.output = output
     }
@@ -64,17 +49,14 @@ public struct ServerLogHandler: LogHandler {
     }
 
     /// Writes `event` as `StreamLogHandler` would: this handler's metadata, then the provider's,
-    /// then the event's own (later ones win for the same key), formatted once.
+    /// then the event's own (later ones win for the same key), merged and handed over as the
+    /// event's own, so they are formatted once.
     public func log(event: LogEvent) {
-        // Merged as StreamLogHandler merges (the handler's metadata, then the provider's, then the
-        // message's), and handed over as the message's own, so it is formatted once.
         var merged = metadata
         if let provided = metadataProvider?.get(), !provided.isEmpty { merged.merge(provided) { $1 } }
         if let explicit = event.metadata, !explicit.isEmpty { merged.merge(explicit) { $1 } }
         var event = event
         event.metadata = merged
-        var handler = output(label)
-        handler.logLevel = logLevel
-        handler.log(event: event)
+        output().log(event: event)
     }
 }

@@ -260,12 +260,11 @@ public final class PeerCertificateAuthority: Sendable {
         // In one order whatever the ledger's (it sorts by revocation time only, and an account's
         // certificates share theirs), so that an unchanged list compares equal.
         let revoked = try await ledger.revoked(notExpiredAt: now)
-            .compactMap { entry -> (String, CRLEncoder.Revoked)? in
+            .compactMap { entry -> CRLEncoder.Revoked? in
                 guard case .revoked(let at, let reason) = entry.status, let serial = SerialNumbers.parse(entry.serial) else { return nil }
-                return (entry.serial, CRLEncoder.Revoked(serial: serial, at: at, reason: reason))
+                return CRLEncoder.Revoked(serial: serial, at: at, reason: reason)
             }
-            .sorted { ($0.1.at, $0.0) < ($1.1.at, $1.0) }
-            .map(\.1)
+            .sorted { $0.at != $1.at ? $0.at < $1.at : $0.serial.bytes.lexicographicallyPrecedes($1.serial.bytes) }
         if let last = lastCRL.withLock({ $0 }), last.validity == validity, last.thisUpdate <= now,
             now < last.thisUpdate.addingTimeInterval(validity / 2), last.revoked == revoked
         {
