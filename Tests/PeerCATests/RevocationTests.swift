@@ -109,6 +109,87 @@ struct RevocationTests {
         #expect(longerNumber > renewedNumber)
     }
 
+    /// A request without a nonce gets the response last signed for the same certificate, status
+    /// and validity until half that validity has passed; a revocation shows in the next response;
+    /// a request with a nonce is signed each time and gets its own nonce back.
+    @Test func ocspResponsesWithoutANonceAreReusedWhileTheyHold() async throws {
+        let openssl = try OpenSSL()
+        let now = Mutex(Date().timeIntervalSince1970.rounded(.down))
+        let test = try TestCA(clock: VerificationClock { now.withLock { $0 } })
+        let issued = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: try openssl.csr("p256", name: "d"))
+        try openssl.write("issuer.pem", test.material.authority.issuer.pemString)
+        try openssl.write("cas.pem", test.root.pemString + test.material.authority.issuer.pemString)
+        try openssl.write("d.pem", issued.certificate.pemString)
+        try openssl.must(["ocsp", "-issuer", "issuer.pem", "-cert", "d.pem", "-no_nonce", "-reqout", "plain-req.der"])
+        let plain = try openssl.read("plain-req.der")
+        /// What openssl makes of a response: its signature, and the certificate's status.
+        func read(_ response: [UInt8], _ name: String, digest: [String] = []) throws -> String {
+            try openssl.write("\(name).der", response)
+            return try openssl.run(["ocsp", "-respin", "\(name).der", "-issuer", "issuer.pem"] + digest + ["-cert", "d.pem", "-CAfile", "cas.pem", "-no_nonce"]).output
+        }
+
+        // P-256 signatures are randomized: equal bytes are the same response given again.
+        let first = await test.ca.ocspResponse(for: plain, validity: 600)
+        #expect(await test.ca.ocspResponse(for: plain, validity: 600) == first)
+        let firstRead = try read(first, "first")
+        #expect(firstRead.contains("Response verify OK") && firstRead.contains("d.pem: good"), "\(firstRead)")
+        // Another validity is another response.
+        #expect(await test.ca.ocspResponse(for: plain, validity: 3600) != first)
+        // A CertID hashed with SHA-256 (openssl's default is SHA-1) names the same issuer.
+        try openssl.must(["ocsp", "-issuer", "issuer.pem", "-sha256", "-cert", "d.pem", "-no_nonce", "-reqout", "sha256-req.der"])
+        let bySHA256 = try read(await test.ca.ocspResponse(for: try openssl.read("sha256-req.der"), validity: 600), "sha256", digest: ["-sha256"])
+        #expect(bySHA256.contains("Response verify OK") && bySHA256.contains("d.pem: good"), "\(bySHA256)")
+
+        // Just short of half its validity, the same; at half, a new one, still good.
+        now.withLock { $0 += 299 }
+        #expect(await test.ca.ocspResponse(for: plain, validity: 600) == first)
+        now.withLock { $0 += 1 }
+        let second = await test.ca.ocspResponse(for: plain, validity: 600)
+        #expect(second != first)
+        #expect(try read(second, "second").contains("d.pem: good"))
+
+        // Revoked: the next response says so at once, and is then given again.
+        _ = try await test.ca.revoke(serial: issued.serial, reason: .keyCompromise)
+        let revoked = await test.ca.ocspResponse(for: plain, validity: 600)
+        let revokedRead = try read(revoked, "revoked")
+        #expect(revokedRead.contains("Response verify OK") && revokedRead.contains("d.pem: revoked"), "\(revokedRead)")
+        #expect(await test.ca.ocspResponse(for: plain, validity: 600) == revoked)
+
+        // Two requests with nonces, for the same certificate: each response carries its own.
+        for name in ["n1", "n2"] {
+            try openssl.must(["ocsp", "-issuer", "issuer.pem", "-cert", "d.pem", "-reqout", "\(name)-req.der"])
+            try openssl.write("\(name)-resp.der", await test.ca.ocspResponse(for: try openssl.read("\(name)-req.der"), validity: 600))
+            let checked = try openssl.run(["ocsp", "-respin", "\(name)-resp.der", "-reqin", "\(name)-req.der", "-CAfile", "cas.pem"])
+            #expect(checked.output.contains("Response verify OK") && !checked.output.contains("once"), "\(name): \(checked.output)")
+        }
+    }
+
+    /// The reused OCSP responses stay bounded: when full, those past half their validity go;
+    /// if all are still good, all go.
+    @Test func theOCSPResponsesKeptStayBounded() {
+        let reuse = OCSPResponder.Reuse()
+        let capacity = OCSPResponder.Reuse.capacity
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        func key(_ i: Int) -> OCSPResponder.Reuse.Key {
+            OCSPResponder.Reuse.Key(items: [[UInt8(i & 0xff), UInt8(i >> 8)]], statuses: [.good], validity: 600)
+        }
+        for i in 0..<capacity { reuse.keep([1], for: key(i), producedAt: start) }
+        #expect(reuse.count == capacity)
+        #expect(reuse.response(for: key(0), now: start.addingTimeInterval(299)) == [1])
+        // 300 s on, the first ones are half through their validity: only the new one stays.
+        let later = start.addingTimeInterval(300)
+        reuse.keep([2], for: key(capacity), producedAt: later)
+        #expect(reuse.count == 1)
+        #expect(reuse.response(for: key(capacity), now: later) == [2])
+        #expect(reuse.response(for: key(0), now: later) == nil)
+        // Full of live ones: they all go for the next.
+        for i in 0..<(capacity - 1) { reuse.keep([3], for: key(i), producedAt: later) }
+        #expect(reuse.count == capacity)
+        reuse.keep([4], for: key(capacity + 1), producedAt: later)
+        #expect(reuse.count == 1)
+        #expect(reuse.response(for: key(capacity + 1), now: later) == [4])
+    }
+
     @Test func opensslReadsOurOCSPResponses() async throws {
         let openssl = try OpenSSL()
         let test = try TestCA()

@@ -70,6 +70,10 @@ public final class PeerCertificateAuthority: Sendable {
     private let template: LeafTemplate?
     /// The last CRL ``crl(validity:)`` made, given again while it still says the same thing.
     private let lastCRL = Mutex<IssuedCRL?>(nil)
+    /// Signed OCSP responses to requests without a nonce, reused while they still hold.
+    private let ocspReuse = OCSPResponder.Reuse()
+    /// The issuing certificate's name and key hashes, as OCSP requests name it.
+    private let ocspIssuer: OCSPResponder.IssuerHashes
 
     private struct IssuedCRL {
         let number: Int64
@@ -88,6 +92,7 @@ public final class PeerCertificateAuthority: Sendable {
         intermediates = authority.intermediates
         intermediatesPEM = intermediates.map(\.pemString).joined()
         template = issuerKeyIdentifier.flatMap { try? LeafTemplate(authority: authority, issuerKeyIdentifier: $0) }
+        ocspIssuer = OCSPResponder.IssuerHashes(authority.issuer)
     }
 
     /// The SKI of `issuer`, or the SHA-1 of its key when it carries none; nil if its extensions do not parse.
@@ -283,7 +288,18 @@ public final class PeerCertificateAuthority: Sendable {
 
     /// An OCSP response (DER) for an OCSP request (DER), signed by the issuing CA. Malformed
     /// requests get a `malformedRequest` response, never an error.
+    ///
+    /// Each certificate's status is read from the ledger at every call, so a revocation shows at
+    /// once. A request without a nonce (browsers, Go's `crypto/ocsp`, RFC 5019's lightweight
+    /// profile) gets the response last signed for the same certificates with the same statuses
+    /// and `validity`, until half that validity has passed; only then, or when a status changed,
+    /// is a new one signed. So polling costs a ledger read, not a signature (with an RSA-3072 CA,
+    /// milliseconds each), whoever asks how often. A request with a nonce is signed each time,
+    /// its nonce echoed: a deployment that fears floods of those limits `POST /v1/ocsp` at its
+    /// proxy.
     public func ocspResponse(for request: [UInt8], validity: TimeInterval = 3600) async -> [UInt8] {
-        await OCSPResponder.respond(to: request, authority: authority, ledger: ledger, now: Date(timeIntervalSince1970: clock.now.rounded(.down)), validity: validity)
+        await OCSPResponder.respond(
+            to: request, authority: authority, ledger: ledger, now: Date(timeIntervalSince1970: clock.now.rounded(.down)), validity: validity,
+            issuer: ocspIssuer, reuse: ocspReuse)
     }
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SwiftASN1
+import Synchronization
 import X509
 
 /// An RFC 6960 OCSP responder for the CA's own certificates, answering from the ledger.
@@ -20,21 +21,70 @@ enum OCSPResponder {
         let serial: Certificate.SerialNumber
     }
 
-    enum Status {
+    enum Status: Hashable {
         case good, unknown
         case revoked(Date, LedgerEntry.RevocationReason)
+    }
+
+    /// Signed responses to requests without a nonce, given again while they say the same thing
+    /// (RFC 5019's pre-produced responses): keyed by the request's CertIDs, each one's status as
+    /// the ledger says now, and the validity. A response is reused until half its validity has
+    /// passed. Requests with a nonce are signed each time (the nonce is echoed).
+    final class Reuse: Sendable {
+        struct Key: Hashable {
+            let items: [[UInt8]]
+            let statuses: [Status]
+            let validity: TimeInterval
+        }
+
+        private struct Signed {
+            let producedAt: Date
+            let der: [UInt8]
+        }
+
+        /// The most responses kept: past it, those half through their validity go, and if that
+        /// is not room enough, all of them.
+        static let capacity = 4096
+        private let responses = Mutex<[Key: Signed]>([:])
+
+        init() {}
+
+        func response(for key: Key, now: Date) -> [UInt8]? {
+            responses.withLock { responses in
+                guard let signed = responses[key], signed.producedAt <= now,
+                    now < signed.producedAt.addingTimeInterval(key.validity / 2)
+                else { return nil }
+                return signed.der
+            }
+        }
+
+        func keep(_ der: [UInt8], for key: Key, producedAt: Date) {
+            responses.withLock { responses in
+                if responses.count >= Self.capacity {
+                    responses = responses.filter { producedAt < $0.value.producedAt.addingTimeInterval($0.key.validity / 2) }
+                    if responses.count >= Self.capacity { responses.removeAll(keepingCapacity: true) }
+                }
+                responses[key] = Signed(producedAt: producedAt, der: der)
+            }
+        }
+
+        var count: Int { responses.withLock { $0.count } }
     }
 
     /// Response status codes (RFC 6960 §4.2.1).
     enum ResponseStatus: Int { case successful = 0, malformedRequest = 1, internalError = 2, unauthorized = 6 }
 
-    static func respond(to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval) async -> [UInt8] {
+    static func respond(
+        to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval,
+        issuer: IssuerHashes? = nil, reuse: Reuse? = nil
+    ) async -> [UInt8] {
         guard request.count <= 64 * 1024, let (queries, nonce) = try? parse(request), !queries.isEmpty, queries.count <= 32 else {
             return errorResponse(.malformedRequest)
         }
+        let issuer = issuer ?? IssuerHashes(authority.issuer)
         var items: [(ArraySlice<UInt8>, Status)] = []
         for query in queries {
-            guard matchesIssuer(query, authority.issuer) else {
+            guard issuer.match(query) else {
                 items.append((query.certIDBytes, .unknown))
                 continue
             }
@@ -49,26 +99,45 @@ enum OCSPResponder {
                 return errorResponse(.internalError)
             }
         }
+        let key = nonce == nil ? Reuse.Key(items: items.map { Array($0.0) }, statuses: items.map(\.1), validity: validity) : nil
+        if let key, let reused = reuse?.response(for: key, now: now) { return reused }
         do {
-            return try encode(items, nonce: nonce, authority: authority, now: now, validity: validity)
+            let der = try encode(items, nonce: nonce, authority: authority, now: now, validity: validity)
+            if let key { reuse?.keep(der, for: key, producedAt: now) }
+            return der
         } catch {
             return errorResponse(.internalError)
         }
     }
 
-    static func matchesIssuer(_ query: Query, _ issuer: Certificate) -> Bool {
-        var nameDER = DER.Serializer()
-        guard (try? nameDER.serialize(issuer.subject)) != nil else { return false }
-        let keyBits = issuer.publicKey.subjectPublicKeyInfoBytes
-        func hash(_ bytes: some DataProtocol) -> [UInt8]? {
-            switch query.hashAlgorithm {
-            case sha1OID: Array(Insecure.SHA1.hash(data: bytes))
-            case sha256OID: Array(SHA256.hash(data: bytes))
-            default: nil
+    /// The issuer's name and key hashes a CertID carries (RFC 6960 §4.1.1), by SHA-1 and
+    /// SHA-256: computed once per CA rather than for every query.
+    struct IssuerHashes: Sendable {
+        let sha1: (name: [UInt8], key: [UInt8])?
+        let sha256: (name: [UInt8], key: [UInt8])?
+
+        init(_ issuer: Certificate) {
+            var nameDER = DER.Serializer()
+            guard (try? nameDER.serialize(issuer.subject)) != nil else {
+                sha1 = nil
+                sha256 = nil
+                return
             }
+            let keyBits = issuer.publicKey.subjectPublicKeyInfoBytes
+            sha1 = (Array(Insecure.SHA1.hash(data: nameDER.serializedBytes)), Array(Insecure.SHA1.hash(data: keyBits)))
+            sha256 = (Array(SHA256.hash(data: nameDER.serializedBytes)), Array(SHA256.hash(data: keyBits)))
         }
-        return hash(nameDER.serializedBytes).map { $0[...] == query.issuerNameHash } == true
-            && hash(keyBits).map { $0[...] == query.issuerKeyHash } == true
+
+        func match(_ query: Query) -> Bool {
+            let hashes: (name: [UInt8], key: [UInt8])?
+            switch query.hashAlgorithm {
+            case sha1OID: hashes = sha1
+            case sha256OID: hashes = sha256
+            default: hashes = nil
+            }
+            guard let hashes else { return false }
+            return hashes.name[...] == query.issuerNameHash && hashes.key[...] == query.issuerKeyHash
+        }
     }
 
     static func parse(_ der: [UInt8]) throws -> ([Query], Certificate.Extension?) {
