@@ -35,11 +35,8 @@ echo "$library"
 library_rate=$(echo "$library" | awk '{print $2}')
 
 # 2. The server, and the requests.
-(cd "$work" && exec "$bin/tokentool" serve --port 0 > "$work/serve.log" 2>&1) &
-server=$!
-for _ in $(seq 100); do grep -q "curl -s" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "curl -s" "$work/serve.log" || { cat "$work/serve.log"; exit 1; }
-port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/serve.log" | head -1 | grep -o '[0-9]*$')  # the OS picked it
+source scripts/serve_lib.sh
+start_serve "$bin/tokentool"  # sets $server and $port (the OS picked it)
 python3 - "$work/tokentool-state/dev-hs256.secret" "$bodies" "$work/bodies.lua" <<'PY'
 import json, sys, time, uuid
 import jwt

@@ -15,13 +15,8 @@ command -v wrk >/dev/null || { echo "revocation_load: apt-get install wrk" >&2; 
 build=$(swift build -c release --product tokentool 2>&1) || { echo "$build" >&2; exit 1; }
 tool="$PWD/.build/release/tokentool"
 work=$(mktemp -d)
-server=""
-trap '[ -n "$server" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }; rm -rf "$work"' EXIT
-(cd "$work" && exec "$tool" serve --port 0 > "$work/serve.log" 2>&1) &
-server=$!
-for _ in $(seq 100); do grep -q "curl -s" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "curl -s" "$work/serve.log" || { cat "$work/serve.log"; exit 1; }
-port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/serve.log" | head -1 | grep -o '[0-9]*$')  # the OS picked it
+source scripts/serve_lib.sh
+start_serve "$tool"  # sets $server and $port (the OS picked it)
 base="http://127.0.0.1:$port"
 token=$(grep -o '"token":"[^"]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
 
