@@ -171,7 +171,7 @@ struct RevocationTests {
         let capacity = OCSPResponder.Reuse.capacity
         let start = Date(timeIntervalSince1970: 1_800_000_000)
         func key(_ i: Int) -> OCSPResponder.Reuse.Key {
-            OCSPResponder.Reuse.Key(items: [[UInt8(i & 0xff), UInt8(i >> 8)]], statuses: [.good], validity: 600)
+            OCSPResponder.Reuse.Key(answers: [OCSPResponder.Answer(certID: [UInt8(i & 0xff), UInt8(i >> 8)], status: .good)], validity: 600)
         }
         for i in 0..<capacity { reuse.keep([1], for: key(i), producedAt: start) }
         #expect(reuse.count == capacity)

@@ -270,8 +270,8 @@ public final class PeerCertificateAuthority: Sendable {
                 return CRLEncoder.Revoked(serial: serial, at: at, reason: reason)
             }
             .sorted { $0.at != $1.at ? $0.at < $1.at : $0.serial.bytes.lexicographicallyPrecedes($1.serial.bytes) }
-        if let last = lastCRL.withLock({ $0 }), last.validity == validity, last.thisUpdate <= now,
-            now < last.thisUpdate.addingTimeInterval(validity / 2), last.revoked == revoked
+        if let last = lastCRL.withLock({ $0 }), last.validity == validity, last.revoked == revoked,
+            Reissue.stillCurrent(madeAt: last.thisUpdate, validity: validity, now: now)
         {
             return last.der
         }

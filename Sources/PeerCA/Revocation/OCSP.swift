@@ -24,6 +24,21 @@ enum OCSPResponder {
     enum Status: Hashable {
         case good, unknown
         case revoked(Date, LedgerEntry.RevocationReason)
+
+        /// A certificate's status as the ledger has it (nil: not in the ledger).
+        init(_ recorded: LedgerEntry.Status?) {
+            switch recorded {
+            case nil: self = .unknown
+            case .valid?: self = .good
+            case .revoked(let at, let reason)?: self = .revoked(at, reason)
+            }
+        }
+    }
+
+    /// One CertID of a request and the status the response gives it.
+    struct Answer: Hashable {
+        let certID: [UInt8]
+        let status: Status
     }
 
     /// Signed responses to requests without a nonce, given again while they say the same thing
@@ -32,8 +47,7 @@ enum OCSPResponder {
     /// passed. Requests with a nonce are signed each time (the nonce is echoed).
     final class Reuse: Sendable {
         struct Key: Hashable {
-            let items: [[UInt8]]
-            let statuses: [Status]
+            let answers: [Answer]
             let validity: TimeInterval
         }
 
@@ -51,9 +65,7 @@ enum OCSPResponder {
 
         func response(for key: Key, now: Date) -> [UInt8]? {
             responses.withLock { responses in
-                guard let signed = responses[key], signed.producedAt <= now,
-                    now < signed.producedAt.addingTimeInterval(key.validity / 2)
-                else { return nil }
+                guard let signed = responses[key], Reissue.stillCurrent(madeAt: signed.producedAt, validity: key.validity, now: now) else { return nil }
                 return signed.der
             }
         }
@@ -61,7 +73,7 @@ enum OCSPResponder {
         func keep(_ der: [UInt8], for key: Key, producedAt: Date) {
             responses.withLock { responses in
                 if responses.count >= Self.capacity {
-                    responses = responses.filter { producedAt < $0.value.producedAt.addingTimeInterval($0.key.validity / 2) }
+                    responses = responses.filter { Reissue.stillCurrent(madeAt: $0.value.producedAt, validity: $0.key.validity, now: producedAt) }
                     if responses.count >= Self.capacity { responses.removeAll(keepingCapacity: true) }
                 }
                 responses[key] = Signed(producedAt: producedAt, der: der)
@@ -76,34 +88,26 @@ enum OCSPResponder {
 
     static func respond(
         to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval,
-        issuer: IssuerHashes? = nil, reuse: Reuse? = nil
+        issuer: IssuerHashes, reuse: Reuse
     ) async -> [UInt8] {
         guard request.count <= 64 * 1024, let (queries, nonce) = try? parse(request), !queries.isEmpty, queries.count <= 32 else {
             return errorResponse(.malformedRequest)
         }
-        let issuer = issuer ?? IssuerHashes(authority.issuer)
-        var items: [(ArraySlice<UInt8>, Status)] = []
+        var answers: [Answer] = []
         for query in queries {
-            guard issuer.match(query) else {
-                items.append((query.certIDBytes, .unknown))
-                continue
-            }
-            do {
-                let entry = try await ledger.entry(serial: SerialNumbers.hex(query.serial))
-                switch entry?.status {
-                case nil: items.append((query.certIDBytes, .unknown))
-                case .valid?: items.append((query.certIDBytes, .good))
-                case .revoked(let at, let reason)?: items.append((query.certIDBytes, .revoked(at, reason)))
+            var status = Status.unknown
+            if issuer.match(query) {
+                do { status = Status(try await ledger.entry(serial: SerialNumbers.hex(query.serial))?.status) } catch {
+                    return errorResponse(.internalError)
                 }
-            } catch {
-                return errorResponse(.internalError)
             }
+            answers.append(Answer(certID: Array(query.certIDBytes), status: status))
         }
-        let key = nonce == nil ? Reuse.Key(items: items.map { Array($0.0) }, statuses: items.map(\.1), validity: validity) : nil
-        if let key, let reused = reuse?.response(for: key, now: now) { return reused }
+        let key = nonce == nil ? Reuse.Key(answers: answers, validity: validity) : nil
+        if let key, let reused = reuse.response(for: key, now: now) { return reused }
         do {
-            let der = try encode(items, nonce: nonce, authority: authority, now: now, validity: validity)
-            if let key { reuse?.keep(der, for: key, producedAt: now) }
+            let der = try encode(answers, nonce: nonce, authority: authority, now: now, validity: validity)
+            if let key { reuse.keep(der, for: key, producedAt: now) }
             return der
         } catch {
             return errorResponse(.internalError)
@@ -183,7 +187,7 @@ enum OCSPResponder {
     }
 
     static func encode(
-        _ items: [(ArraySlice<UInt8>, Status)], nonce: Certificate.Extension?, authority: CertificateAuthority, now: Date, validity: TimeInterval
+        _ answers: [Answer], nonce: Certificate.Extension?, authority: CertificateAuthority, now: Date, validity: TimeInterval
     ) throws -> [UInt8] {
         var data = DER.Serializer()
         try data.appendConstructedNode(identifier: .sequence) { s in
@@ -193,10 +197,10 @@ enum OCSPResponder {
             }
             try s.serialize(ASN1Support.generalizedTime(now))
             try s.appendConstructedNode(identifier: .sequence) { s in
-                for (certID, status) in items {
+                for answer in answers {
                     try s.appendConstructedNode(identifier: .sequence) { s in
-                        s.serializeRawBytes(certID)
-                        switch status {
+                        s.serializeRawBytes(answer.certID)
+                        switch answer.status {
                         case .good:
                             ASN1Null().serialize(into: &s, withIdentifier: ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific))
                         case .unknown:
