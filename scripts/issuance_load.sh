@@ -25,8 +25,7 @@ build=$(swift build -c release --product tokentool 2>&1) || { echo "$build" >&2;
 build=$(swift build -c release --product tokenbench 2>&1) || { echo "$build" >&2; exit 1; }
 bin="$PWD/.build/release"
 work=$(mktemp -d)
-server=""
-trap '[ -n "$server" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }; rm -rf "$work"' EXIT
+source scripts/serve_lib.sh  # removes $work, and stops the server, at exit
 echo "issuance_load: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg), ${seconds} s per side, $connections connections"
 
 # 1. The library, right before.
@@ -35,7 +34,6 @@ echo "$library"
 library_rate=$(echo "$library" | awk '{print $2}')
 
 # 2. The server, and the requests.
-source scripts/serve_lib.sh
 start_serve "$bin/tokentool"  # sets $server and $port (the OS picked it)
 python3 - "$work/tokentool-state/dev-hs256.secret" "$bodies" "$work/bodies.lua" <<'PY'
 import json, sys, time, uuid

@@ -1,9 +1,10 @@
-# Sourced by the load scripts (load.sh, issuance_load.sh, revocation_load.sh): `start_serve TOOL`
-# starts `TOOL serve --port 0` on embedded defaults in $work (set by the caller), waits until it
-# says where it listens, and sets $server (its PID) and $port (the port the OS picked). The EXIT
-# trap stops the server and removes $work.
+# Sourced by the load scripts (load.sh, issuance_load.sh, revocation_load.sh) once they have made
+# $work: from then on, exiting stops the server (if one was started) and removes $work.
+# `start_serve TOOL` starts `TOOL serve --port 0` on embedded defaults in $work, waits until it says
+# where it listens, and sets $server (its PID) and $port (the port the OS picked).
+server=""
+trap '[ -n "$server" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }; rm -rf "$work"' EXIT
 start_serve() {
-    trap '[ -n "${server:-}" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }; rm -rf "$work"' EXIT
     (cd "$work" && exec "$1" serve --port 0 > "$work/serve.log" 2>&1) &
     server=$!
     for _ in $(seq 100); do grep -q "curl -s" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
