@@ -98,16 +98,7 @@ port=$(sed -n 's|^tokentool serve: listening on http://127\.0\.0\.1:\([0-9][0-9]
 token=$(grep -o '"token":"[^"]*"' "$work/serve.out" | head -1 | cut -d'"' -f4)
 "$tool" csr --out "$work/device.key" > "$work/device.csr"
 # A real OCSP request (for a certificate this server issues now), when openssl is there.
-python3 - "$port" "$token" "$work" <<'PY'
-import json, sys, urllib.request
-port, token, work = sys.argv[1:]
-body = json.dumps({"provider": "dev", "token": token, "csr": open(f"{work}/device.csr").read()}).encode()
-request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/certificates", body, {"content-type": "application/json"})
-chain = json.load(urllib.request.urlopen(request, timeout=30))["certificate"]
-leaf, issuer = ["-----BEGIN CERTIFICATE-----" + pem for pem in chain.split("-----BEGIN CERTIFICATE-----")[1:3]]
-open(f"{work}/leaf.pem", "w").write(leaf)
-open(f"{work}/issuer.pem", "w").write(issuer)
-PY
+python3 scripts/issue_leaf.py "http://127.0.0.1:$port" "$token" "$work/device.csr" "$work"
 if command -v openssl >/dev/null; then
     openssl ocsp -issuer "$work/issuer.pem" -cert "$work/leaf.pem" -no_nonce -reqout "$work/ocsp.der" >/dev/null
 fi
