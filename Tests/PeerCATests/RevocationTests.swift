@@ -109,6 +109,39 @@ struct RevocationTests {
         #expect(longerNumber > renewedNumber)
     }
 
+    /// Many requests for a CRL at once, when none is current (start-up, a revocation, half the
+    /// validity gone): one CRL is made — one number taken, one signature — and every caller gets it.
+    @Test func concurrentRequestsForANewCRLShareOne() async throws {
+        let openssl = try OpenSSL()
+        let now = Mutex(Date().timeIntervalSince1970.rounded(.down))
+        let test = try TestCA(clock: VerificationClock { now.withLock { $0 } })
+        let issuer = test.material.authority.issuer
+        let issued = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: try openssl.csr("p256", name: "d"))
+
+        // The distinct CRLs 32 concurrent calls got: one, when they share its making.
+        func burst() async throws -> [UInt8]? {
+            let distinct = try await withThrowingTaskGroup(of: [UInt8].self) { group in
+                for _ in 0..<32 { group.addTask { try await test.ca.crl(validity: 600) } }
+                return try await group.reduce(into: Set<[UInt8]>()) { $0.insert($1) }
+            }
+            #expect(distinct.count == 1)
+            return distinct.first
+        }
+        let first = try #require(try await burst())
+        let firstNumber = try #require(try RevocationList(first, issuer: issuer).number)
+        // After a revocation, and again at half the validity: one new CRL each, the next number.
+        _ = try await test.ca.revoke(serial: issued.serial, reason: .keyCompromise)
+        let second = try #require(try await burst())
+        let secondList = try RevocationList(second, issuer: issuer)
+        #expect(secondList.isRevoked(try issued.certificate.serialNumber))
+        #expect(secondList.number == firstNumber + 1)
+        now.withLock { $0 += 300 }
+        let third = try #require(try await burst())
+        #expect(try RevocationList(third, issuer: issuer).number == firstNumber + 2)
+        // Nothing taken meanwhile: the ledger's next number follows the last CRL's.
+        #expect(try await test.ca.ledger.nextCRLNumber() == firstNumber + 3)
+    }
+
     /// A request without a nonce gets the response last signed for the same certificate, status
     /// and validity until half that validity has passed; a revocation shows in the next response;
     /// a request with a nonce is signed each time and gets its own nonce back.

@@ -70,6 +70,9 @@ public final class PeerCertificateAuthority: Sendable {
     private let template: LeafTemplate?
     /// The last CRL ``crl(validity:)`` made, given again while it still says the same thing.
     private let lastCRL = Mutex<IssuedCRL?>(nil)
+    /// The CRL being made, if one is: callers that need a new CRL for the same list and validity
+    /// meanwhile wait for that one instead of each taking a number and signing their own.
+    private let crlInFlight = Mutex<(build: CRLBuild?, started: UInt64)>((nil, 0))
     /// Signed OCSP responses to requests without a nonce, reused while they still hold.
     private let ocspReuse = OCSPResponder.Reuse()
     /// The issuing certificate's name and key hashes, as OCSP requests name it.
@@ -81,6 +84,15 @@ public final class PeerCertificateAuthority: Sendable {
         let thisUpdate: Date
         let validity: TimeInterval
         let der: [UInt8]
+    }
+
+    /// A CRL being made for `revoked` and `validity`; `generation` (the count of builds started)
+    /// tells one build from the next.
+    private struct CRLBuild {
+        let revoked: [CRLEncoder.Revoked]
+        let validity: TimeInterval
+        let generation: UInt64
+        let task: Task<Result<[UInt8], PeerCAError>, Never>
     }
 
     public init(authority: CertificateAuthority, policy: IssuancePolicy, ledger: any CertificateLedger, clock: VerificationClock = .system) {
@@ -275,10 +287,34 @@ public final class PeerCertificateAuthority: Sendable {
         {
             return last.der
         }
+        // One build at a time for a given list and validity: at start-up, or when the last CRL
+        // runs through half its validity, concurrent requests (32 connections at once under
+        // scripts/revocation_load.sh) each took a number and signed a CRL of their own — 2 to 21
+        // per run — where one does.
+        let build = crlInFlight.withLock { state -> Task<Result<[UInt8], PeerCAError>, Never> in
+            if let current = state.build, current.validity == validity, current.revoked == revoked { return current.task }
+            state.started &+= 1
+            let generation = state.started
+            let task = Task { [self] () async -> Result<[UInt8], PeerCAError> in
+                let made: Result<[UInt8], PeerCAError>
+                do throws(PeerCAError) { made = .success(try await makeCRL(revoked: revoked, validity: validity, now: now)) } catch {
+                    made = .failure(error)
+                }
+                crlInFlight.withLock { if $0.build?.generation == generation { $0.build = nil } }
+                return made
+            }
+            state.build = CRLBuild(revoked: revoked, validity: validity, generation: generation, task: task)
+            return task
+        }
+        return try await build.value.get()
+    }
+
+    /// A new CRL: a number from the ledger (a durable write) and a signature; kept as the last one.
+    private func makeCRL(revoked: [CRLEncoder.Revoked], validity: TimeInterval, now: Date) async throws(PeerCAError) -> [UInt8] {
         let number = try await ledger.nextCRLNumber()
         let der = try CRLEncoder.encode(
             authority: authority, number: number, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity), revoked: revoked)
-        // Two calls that both made one: the higher number stays (numbers only go up).
+        // Two builds for different lists that both finished: the higher number stays (numbers only go up).
         lastCRL.withLock { last in
             if let kept = last, kept.number > number { return }
             last = IssuedCRL(number: number, revoked: revoked, thisUpdate: now, validity: validity, der: der)
