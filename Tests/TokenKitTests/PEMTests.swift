@@ -22,6 +22,15 @@ struct PEMTests {
         #expect(bytes == characters, "\(comment): \(text.debugDescription)")
     }
 
+    /// PEM bodies are standard base64 with padding: Foundation's, for every length up to 200.
+    @Test func pemBase64IsFoundations() {
+        var generator = SystemRandomNumberGenerator()
+        for length in 0...200 {
+            let der = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(PEM.base64Bytes(der) == Array(Data(der).base64EncodedString().utf8), "\(length)")
+        }
+    }
+
     /// Blocks in many layouts — line endings, trailing blanks, text around and between, headers,
     /// wrong or missing END lines, bad bodies, odd BEGIN lines — and every truncation of two
     /// blocks: the byte reading agrees with the Character one, and finds the blocks where it should.

@@ -291,4 +291,43 @@ struct ParsingTests {
             #expect(try JSONValue.parse(JSONValue.object(["k\n": .string(text)]).prettyText) == .object(["k\n": .string(text)]))
         }
     }
+
+    /// The writer scans eight bytes at a time for what needs an escape: random texts of every
+    /// length up to 40 from characters around each boundary of that test (0x1F/0x20, the quote
+    /// and its neighbours, the backslash and its neighbours, 0x7F, two- and four-byte UTF-8),
+    /// each written exactly as a character-by-character escaper writes it.
+    @Test func jsonWriterFindsEveryEscapeAtEveryOffset() {
+        func reference(_ text: String) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case "\u{08}": out += "\\b"
+                case "\u{0C}": out += "\\f"
+                case _ where scalar.value < 0x20: out += "\\u00" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        let pieces: [String] = ["a", "\"", "!", "#", "\\", "[", "]", "\n", "\u{00}", "\u{1F}", " ", "\u{7F}", "é", "😀", "\u{80}", "~"]
+        var generator = SystemRandomNumberGenerator()
+        for length in 0...40 {
+            for _ in 0..<50 {
+                let text = (0..<length).map { _ in pieces.randomElement(using: &generator) ?? "a" }.joined()
+                #expect(JSONValue.string(text).compactText == reference(text), "\(Array(text.utf8))")
+            }
+        }
+        // A long run with one escape at each position.
+        for position in 0..<24 {
+            var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: 24)
+            bytes[position] = UInt8(ascii: "\"")
+            let text = String(decoding: bytes, as: UTF8.self)
+            #expect(JSONValue.string(text).compactText == reference(text))
+        }
+    }
 }
