@@ -140,7 +140,7 @@ enum JSONWriter {
     }
 
     /// Whether any of the eight bytes in `word` is a control character (below 0x20), a quote or a
-    /// backslash. Exact, in both directions: for a byte x, `(x - n) & ~x & 0x80` is set for some
+    /// backslash: what a JSON string must escape, and what ends a run in `JSONParser.parseString`. Exact, in both directions: for a byte x, `(x - n) & ~x & 0x80` is set for some
     /// byte of the word exactly when one of its bytes is below n (n ≤ 0x80; a borrow only arises
     /// after such a byte), and a byte equal to c is a zero byte of `word ^ c`. UTF-8's bytes of
     /// 0x80 and above are never flagged (`~x` clears them).
@@ -335,6 +335,11 @@ struct JSONParser {
         while true {
             let runStart = position
             while position < input.count {
+                // Eight bytes at a time while none is a quote, a backslash or a control character.
+                if position + 8 <= input.count, !JSONWriter.mayNeedEscape(input.loadUnaligned(fromByteOffset: position, as: UInt64.self)) {
+                    position += 8
+                    continue
+                }
                 let c = input[position]
                 if c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") || c < 0x20 { break }
                 position += 1

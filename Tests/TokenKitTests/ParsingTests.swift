@@ -295,8 +295,9 @@ struct ParsingTests {
     /// The writer scans eight bytes at a time for what needs an escape: random texts of every
     /// length up to 40 from characters around each boundary of that test (0x1F/0x20, the quote
     /// and its neighbours, the backslash and its neighbours, 0x7F, two- and four-byte UTF-8),
-    /// each written exactly as a character-by-character escaper writes it.
-    @Test func jsonWriterFindsEveryEscapeAtEveryOffset() {
+    /// each written exactly as a character-by-character escaper writes it, and read back by the
+    /// parser, which scans the same way; an unescaped control character or quote at any offset.
+    @Test func jsonWriterFindsEveryEscapeAtEveryOffset() throws {
         func reference(_ text: String) -> String {
             var out = "\""
             for scalar in text.unicodeScalars {
@@ -320,6 +321,8 @@ struct ParsingTests {
             for _ in 0..<50 {
                 let text = (0..<length).map { _ in pieces.randomElement(using: &generator) ?? "a" }.joined()
                 #expect(JSONValue.string(text).compactText == reference(text), "\(Array(text.utf8))")
+                // The parser scans its strings the same way: it reads the text back.
+                #expect(try JSONValue.parse(reference(text)) == .string(text), "\(Array(text.utf8))")
             }
         }
         // A long run with one escape at each position.
@@ -328,6 +331,16 @@ struct ParsingTests {
             bytes[position] = UInt8(ascii: "\"")
             let text = String(decoding: bytes, as: UTF8.self)
             #expect(JSONValue.string(text).compactText == reference(text))
+            // Unescaped in a document, a control character is refused wherever it lies, and a
+            // quote ends the string there.
+            for raw: UInt8 in [0x00, 0x0A, 0x1F] {
+                bytes[position] = raw
+                #expect(throws: TokenError.self) { try JSONValue.parse(Array("\"".utf8) + bytes + Array("\"".utf8)) }
+            }
+            bytes[position] = UInt8(ascii: "\"")
+            #expect(throws: TokenError.self) { try JSONValue.parse(Array("\"".utf8) + bytes + Array("\"".utf8)) }
+            bytes[position] = UInt8(ascii: "x")
+            #expect(try JSONValue.parse(Array("\"".utf8) + bytes + Array("\"".utf8)) == .string(String(repeating: "x", count: 24)))
         }
     }
 }
