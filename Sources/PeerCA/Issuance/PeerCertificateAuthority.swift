@@ -272,6 +272,8 @@ public final class PeerCertificateAuthority: Sendable {
     /// ledger, which is a durable write, and a signature — is made only when that list has
     /// changed or the last CRL has run through half its validity; otherwise the last one is
     /// given again. (Before, every `GET /v1/crl`, which anyone may send, cost a durable write.)
+    /// Calls that need a new CRL for the same list and validity while one is being made wait for
+    /// that one: however many ask at once, one number is taken and one signature made.
     public func crl(validity: TimeInterval = 86_400) async throws(PeerCAError) -> [UInt8] {
         let now = Date(timeIntervalSince1970: clock.now.rounded(.down))
         // In one order whatever the ledger's (it sorts by revocation time only, and an account's
