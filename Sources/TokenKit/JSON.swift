@@ -62,6 +62,39 @@ public enum JSONValue: Sendable, Hashable {
     }
 }
 
+/// What the writer and the parser both look for in a JSON string's bytes.
+enum JSONText {
+    /// The index of the first byte at or after `start` that a JSON string cannot hold as it is — a
+    /// quote, a backslash or a control character (below 0x20) —, or `bytes.count` if there is none:
+    /// where the writer must escape and where the parser's plain run ends. Eight bytes at a time
+    /// (``hasSpecialByte(_:)``); byte by byte, this scan was a third of writing a certificate
+    /// reply (`tokenbench --issuance-stages --filter reply`).
+    static func plainRunEnd(_ bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
+        var i = start
+        while i + 8 <= bytes.count, !hasSpecialByte(bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
+        while i < bytes.count {
+            let byte = bytes[i]
+            if byte < 0x20 || byte == 0x22 || byte == 0x5c { return i }
+            i += 1
+        }
+        return i
+    }
+
+    /// Whether any of the eight bytes in `word` is a control character (below 0x20), a quote or a
+    /// backslash. Exact, in both directions: for a byte x, `(x - n) & ~x & 0x80` is set for some
+    /// byte of the word exactly when one of its bytes is below n (n ≤ 0x80; a borrow only arises
+    /// after such a byte), and a byte equal to c is a zero byte of `word ^ c`. UTF-8's bytes of
+    /// 0x80 and above are never flagged (`~x` clears them).
+    @inline(__always) static func hasSpecialByte(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5c)
+        let below = (word &- ones &* 0x20) & ~word
+        let zeroQuote = (quote &- ones) & ~quote
+        let zeroBackslash = (backslash &- ones) & ~backslash
+        return (below | zeroQuote | zeroBackslash) & highs != 0
+    }
+}
+
 enum JSONWriter {
     static func write(_ value: JSONValue, into out: inout [UInt8], indent: [UInt8]?, level: Int) {
         switch value {
@@ -105,52 +138,27 @@ enum JSONWriter {
     /// `s` as a JSON string, written as bytes: runs that need no escape are copied whole and each
     /// escape is two or six bytes appended in place (a PEM chain has an escaped newline every 65
     /// bytes; the String-based writer made two small Strings for each, 4% of the issuance
-    /// endpoint's CPU). The runs are found eight bytes at a time (``mayNeedEscape(_:)``); byte by
-    /// byte, the scan was a third of a certificate reply's writing (`tokenbench --issuance-stages
-    /// --filter reply`).
+    /// endpoint's CPU). The runs are found by ``JSONText/plainRunEnd(_:from:)``.
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
         var text = s
         text.withUTF8 { bytes in
-            guard let base = bytes.baseAddress else { return }
             // Room for the string and a few escapes, grown geometrically: an exact reserve
             // reallocates and copies the whole document for almost every string written after
             // it (quadratic: a 20,000-serial logout reply took 198 ms, `tokenbench
             // --issuance-stages --filter json`).
             let needed = out.count + bytes.count + 8
             if out.capacity < needed { out.reserveCapacity(max(needed, 2 * out.capacity)) }
-            let count = bytes.count
-            var runStart = 0, i = 0
-            while i < count {
-                if i + 8 <= count, !mayNeedEscape(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) {
-                    i += 8
-                    continue
-                }
-                let byte = base[i]
-                if byte < 0x20 || byte == 0x22 || byte == 0x5c {
-                    if runStart < i { out.append(contentsOf: UnsafeBufferPointer(start: base + runStart, count: i - runStart)) }
-                    escape(byte, into: &out)
-                    runStart = i + 1
-                }
-                i += 1
+            var runStart = 0
+            while true {
+                let runEnd = JSONText.plainRunEnd(UnsafeRawBufferPointer(bytes), from: runStart)
+                if runStart < runEnd { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<runEnd])) }
+                guard runEnd < bytes.count else { break }
+                escape(bytes[runEnd], into: &out)
+                runStart = runEnd + 1
             }
-            if runStart < count { out.append(contentsOf: UnsafeBufferPointer(start: base + runStart, count: count - runStart)) }
         }
         out.append(0x22)
-    }
-
-    /// Whether any of the eight bytes in `word` is a control character (below 0x20), a quote or a
-    /// backslash: what a JSON string must escape, and what ends a run in `JSONParser.parseString`. Exact, in both directions: for a byte x, `(x - n) & ~x & 0x80` is set for some
-    /// byte of the word exactly when one of its bytes is below n (n ≤ 0x80; a borrow only arises
-    /// after such a byte), and a byte equal to c is a zero byte of `word ^ c`. UTF-8's bytes of
-    /// 0x80 and above are never flagged (`~x` clears them).
-    @inline(__always) static func mayNeedEscape(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5c)
-        let below = (word &- ones &* 0x20) & ~word
-        let zeroQuote = (quote &- ones) & ~quote
-        let zeroBackslash = (backslash &- ones) & ~backslash
-        return (below | zeroQuote | zeroBackslash) & highs != 0
     }
 
     /// The escape for a quote, a backslash or a control character.
@@ -334,16 +342,7 @@ struct JSONParser {
         var unescaped: [UInt8]?
         while true {
             let runStart = position
-            while position < input.count {
-                // Eight bytes at a time while none is a quote, a backslash or a control character.
-                if position + 8 <= input.count, !JSONWriter.mayNeedEscape(input.loadUnaligned(fromByteOffset: position, as: UInt64.self)) {
-                    position += 8
-                    continue
-                }
-                let c = input[position]
-                if c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") || c < 0x20 { break }
-                position += 1
-            }
+            position = JSONText.plainRunEnd(input, from: position)
             guard position < input.count else { break }
             let run = UnsafeRawBufferPointer(rebasing: input[runStart..<position])
             let c = input[position]
