@@ -21,30 +21,7 @@ public enum Base64URL {
 
     /// Encodes bytes without padding.
     public static func encode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        let input = Array(bytes)
-        var out = [UInt8]()
-        out.reserveCapacity((input.count * 4 + 2) / 3)
-        var i = 0
-        while i + 3 <= input.count {
-            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
-            out.append(alphabet[Int(v >> 18 & 63)])
-            out.append(alphabet[Int(v >> 12 & 63)])
-            out.append(alphabet[Int(v >> 6 & 63)])
-            out.append(alphabet[Int(v & 63)])
-            i += 3
-        }
-        let rest = input.count - i
-        if rest == 1 {
-            let v = UInt32(input[i]) << 16
-            out.append(alphabet[Int(v >> 18 & 63)])
-            out.append(alphabet[Int(v >> 12 & 63)])
-        } else if rest == 2 {
-            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8
-            out.append(alphabet[Int(v >> 18 & 63)])
-            out.append(alphabet[Int(v >> 12 & 63)])
-            out.append(alphabet[Int(v >> 6 & 63)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        String(decoding: Base64Encoding.encode(Array(bytes), alphabet: alphabet, padded: false), as: UTF8.self)
     }
 
     /// Decodes a strict base64url string; `nil` when it is not canonical base64url.
@@ -107,6 +84,50 @@ public enum Base64URL {
                 break  // 0 (1 is refused by decodedCount)
             }
             return bad & 0x8000_0000 == 0
+        }
+    }
+}
+
+/// The base64 encoder base64url (JWS: its own alphabet, no padding) and PEM (the standard alphabet,
+/// `=`-padded) share, writing straight into the result's storage.
+enum Base64Encoding {
+    /// `input` in the 64 characters of `alphabet`; the last group `=`-padded to four when `padded`.
+    static func encode(_ input: [UInt8], alphabet: [UInt8], padded: Bool) -> [UInt8] {
+        let rest = input.count % 3
+        let count = input.count / 3 * 4 + (rest == 0 ? 0 : padded ? 4 : rest + 1)
+        return alphabet.withUnsafeBufferPointer { alphabet in
+            input.withUnsafeBufferPointer { input in
+                [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
+                    let whole = input.count - rest
+                    var i = 0, o = 0
+                    while i < whole {
+                        let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+                        out[o] = alphabet[Int(v >> 18 & 63)]
+                        out[o + 1] = alphabet[Int(v >> 12 & 63)]
+                        out[o + 2] = alphabet[Int(v >> 6 & 63)]
+                        out[o + 3] = alphabet[Int(v & 63)]
+                        i += 3
+                        o += 4
+                    }
+                    if rest > 0 {  // one or two bytes left: two or three characters, then the padding
+                        let v = UInt32(input[i]) << 16 | (rest == 2 ? UInt32(input[i + 1]) << 8 : 0)
+                        out[o] = alphabet[Int(v >> 18 & 63)]
+                        out[o + 1] = alphabet[Int(v >> 12 & 63)]
+                        o += 2
+                        if rest == 2 {
+                            out[o] = alphabet[Int(v >> 6 & 63)]
+                            o += 1
+                        }
+                        if padded {
+                            while o < count {
+                                out[o] = UInt8(ascii: "=")
+                                o += 1
+                            }
+                        }
+                    }
+                    initialized = o
+                }
+            }
         }
     }
 }

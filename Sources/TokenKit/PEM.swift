@@ -130,37 +130,8 @@ public enum PEM {
 
     static func encodeBase64(_ bytes: [UInt8]) -> String { String(decoding: base64Bytes(bytes), as: UTF8.self) }
 
-    /// Standard base64 with padding, as ASCII bytes, written straight into the result's storage.
-    static func base64Bytes(_ bytes: [UInt8]) -> [UInt8] {
-        let count = (bytes.count + 2) / 3 * 4
-        return alphabet.withUnsafeBufferPointer { alphabet in
-            bytes.withUnsafeBufferPointer { input in
-                [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
-                    let whole = input.count / 3 * 3
-                    var i = 0, o = 0
-                    while i < whole {
-                        let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
-                        out[o] = alphabet[Int(v >> 18 & 63)]
-                        out[o + 1] = alphabet[Int(v >> 12 & 63)]
-                        out[o + 2] = alphabet[Int(v >> 6 & 63)]
-                        out[o + 3] = alphabet[Int(v & 63)]
-                        i += 3
-                        o += 4
-                    }
-                    if i < input.count {  // one or two bytes left: padded with '='
-                        let b1 = i + 1 < input.count ? input[i + 1] : 0
-                        let v = UInt32(input[i]) << 16 | UInt32(b1) << 8
-                        out[o] = alphabet[Int(v >> 18 & 63)]
-                        out[o + 1] = alphabet[Int(v >> 12 & 63)]
-                        out[o + 2] = i + 1 < input.count ? alphabet[Int(v >> 6 & 63)] : UInt8(ascii: "=")
-                        out[o + 3] = UInt8(ascii: "=")
-                        o += 4
-                    }
-                    initialized = o
-                }
-            }
-        }
-    }
+    /// Standard base64 with padding, as ASCII bytes.
+    static func base64Bytes(_ bytes: [UInt8]) -> [UInt8] { Base64Encoding.encode(bytes, alphabet: alphabet, padded: true) }
 
     /// Standard base64 with padding; whitespace inside is skipped. Nil when invalid.
     static func decodeBase64(_ text: [UInt8]) -> [UInt8]? {
