@@ -72,7 +72,7 @@ public final class PeerCertificateAuthority: Sendable {
     private let lastCRL = Mutex<IssuedCRL?>(nil)
     /// The CRL being made, if one is: callers that need a new CRL for the same list and validity
     /// meanwhile wait for that one instead of each taking a number and signing their own.
-    private let crlInFlight = Mutex<(build: CRLBuild?, started: UInt64)>((nil, 0))
+    private let crlInFlight = Mutex<CRLBuild?>(nil)
     /// Signed OCSP responses to requests without a nonce, reused while they still hold.
     private let ocspReuse = OCSPResponder.Reuse()
     /// The issuing certificate's name and key hashes, as OCSP requests name it.
@@ -86,12 +86,10 @@ public final class PeerCertificateAuthority: Sendable {
         let der: [UInt8]
     }
 
-    /// A CRL being made for `revoked` and `validity`; `generation` (the count of builds started)
-    /// tells one build from the next.
+    /// A CRL being made for `revoked` and `validity`.
     private struct CRLBuild {
         let revoked: [CRLEncoder.Revoked]
         let validity: TimeInterval
-        let generation: UInt64
         let task: Task<Result<[UInt8], PeerCAError>, Never>
     }
 
@@ -293,22 +291,21 @@ public final class PeerCertificateAuthority: Sendable {
         // runs through half its validity, concurrent requests (32 connections at once under
         // scripts/revocation_load.sh) each took a number and signed a CRL of their own — 2 to 21
         // per run — where one does.
-        let build = crlInFlight.withLock { state -> Task<Result<[UInt8], PeerCAError>, Never> in
-            if let current = state.build, current.validity == validity, current.revoked == revoked { return current.task }
-            state.started &+= 1
-            let generation = state.started
+        let (build, started) = crlInFlight.withLock { current -> (Task<Result<[UInt8], PeerCAError>, Never>, Bool) in
+            if let current, current.validity == validity, current.revoked == revoked { return (current.task, false) }
             let task = Task { [self] () async -> Result<[UInt8], PeerCAError> in
-                let made: Result<[UInt8], PeerCAError>
-                do throws(PeerCAError) { made = .success(try await makeCRL(revoked: revoked, validity: validity, now: now)) } catch {
-                    made = .failure(error)
+                do throws(PeerCAError) { return .success(try await makeCRL(revoked: revoked, validity: validity, now: now)) } catch {
+                    return .failure(error)
                 }
-                crlInFlight.withLock { if $0.build?.generation == generation { $0.build = nil } }
-                return made
             }
-            state.build = CRLBuild(revoked: revoked, validity: validity, generation: generation, task: task)
-            return task
+            current = CRLBuild(revoked: revoked, validity: validity, task: task)
+            return (task, true)
         }
-        return try await build.value.get()
+        let made = await build.value
+        // The caller that started the build clears it (unless a build for another list has
+        // taken its place); later callers find the CRL it made in `lastCRL`.
+        if started { crlInFlight.withLock { if $0?.task == build { $0 = nil } } }
+        return try made.get()
     }
 
     /// A new CRL: a number from the ledger (a durable write) and a signature; kept as the last one.
