@@ -12,8 +12,7 @@ swift build -c release --product tokentool >/dev/null
 tool="$PWD/.build/release/tokentool"
 work=$(mktemp -d)
 source scripts/serve_lib.sh
-start_serve "$tool"  # sets $server and $port (the OS picked it)
-token=$(grep -o '"token":"[^"]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
+start_serve "$tool"  # sets $server, $port (the OS picked it) and $token
 "$tool" csr --out "$work/device.key" > "$work/device.csr"
 csr=$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/device.csr")
 

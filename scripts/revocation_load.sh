@@ -16,9 +16,8 @@ build=$(swift build -c release --product tokentool 2>&1) || { echo "$build" >&2;
 tool="$PWD/.build/release/tokentool"
 work=$(mktemp -d)
 source scripts/serve_lib.sh
-start_serve "$tool"  # sets $server and $port (the OS picked it)
+start_serve "$tool"  # sets $server, $port (the OS picked it) and $token
 base="http://127.0.0.1:$port"
-token=$(grep -o '"token":"[^"]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
 
 # One certificate to ask about: its leaf and issuing certificate from the reply's chain.
 "$tool" csr --out "$work/device.key" > "$work/device.csr"
