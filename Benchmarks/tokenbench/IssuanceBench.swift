@@ -215,7 +215,7 @@ enum IssuanceBench {
         return IssuanceResult(
             name: name, rate: rate, p50: p50, p99: p99, issued: issued,
             notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
-                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(f("presigned_pct"))% signed with a presigned nonce; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(f("presigned_pct"))% signed with a presigned nonce (\(f("nonces_per_signature")) computed per signature, \(f("refills_pct"))% by signers); \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
     }
 
     /// Runs this tokenbench again with `arguments` (under `taskset -c 0` when `pinToOneCPU`) and
@@ -270,9 +270,14 @@ enum IssuanceBench {
             // The share of signatures made from a nonce computed beforehand (P256Presigner).
             let presigned = authority.authority.presigner?.statistics ?? .init()
             let used = presigned.used - presignedBefore.used, signatures = presigned.signatures - presignedBefore.signatures
+            // Nonces computed per signature (above 1: pairs computed and not used in the run, or
+            // computed and dropped because the store was full), and the batches signers computed.
+            let computed = presigned.presigned - presignedBefore.presigned, refills = presigned.refills - presignedBefore.refills
             result.notes = String(
-                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f presigned_pct=%.0f", 1e6 * cpu / Double(max(result.issued, 1)),
-                100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit, 100 * Double(used) / Double(max(signatures, 1)))
+                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f presigned_pct=%.0f nonces_per_signature=%.2f refills_pct=%.0f",
+                1e6 * cpu / Double(max(result.issued, 1)), 100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit,
+                100 * Double(used) / Double(max(signatures, 1)), Double(computed) / Double(max(signatures, 1)),
+                100 * Double(refills * P256Presigner.batchSize) / Double(max(computed, 1)))
             return (result, try countRows(sqlitePath: path))
         }
         // The check's certificate, then every one the driver issued.

@@ -163,17 +163,96 @@ static inline EC_KEY *tt_p256_signing_key_new(const unsigned char *scalar32) {
     return key;
 }
 
-// A fresh nonce's k^-1 mod n and r: both set (owned by the caller) and 1, or both NULL and 0.
-static inline int tt_ecdsa_presign(EC_KEY *key, BIGNUM **kinv, BIGNUM **r) {
-    *kinv = NULL;
-    *r = NULL;
-    if (ECDSA_sign_setup(key, NULL, kinv, r) == 1 && *kinv != NULL && *r != NULL) return 1;
-    BN_clear_free(*kinv);
-    BN_clear_free(*r);
-    *kinv = NULL;
-    *r = NULL;
-    ERR_clear_error();
-    return 0;
+// The most pairs tt_ecdsa_presign_batch computes in one call.
+enum { TT_PRESIGN_BATCH_MAX = 64 };
+
+// Computes `count` (1...TT_PRESIGN_BATCH_MAX) fresh nonces for `key` (a P-256 key) at once, each as
+// the pair (k^-1 mod n, r = (kG).x mod n) that ECDSA_do_sign_ex finishes a signature from.
+//
+// One nonce alone (ECDSA_sign_setup) pays a field inversion (kG's affine x) and an inversion
+// modulo the order (k^-1) besides the point multiplication; here both inversions are shared by the
+// batch with Montgomery's trick (one inversion of the product, then three multiplications per
+// element), and the random bytes come from one RAND_priv_bytes call.
+// - each k: 40 random bytes reduced modulo n (a bias below 2^-64, as FIPS 186-5 A.3.1's
+//   extra-bits method); a zero k, a point at infinity or a zero r fails the whole batch;
+// - kG: EC_POINT_mul, OpenSSL's constant-time path for P-256, left in Jacobian coordinates;
+// - both inversions by Fermat's little theorem with BN_mod_exp_mont_consttime; the products in
+//   the Montgomery domain (BN_mod_mul_montgomery).
+// On success the new BIGNUMs are in kinvs[0..<count] and rs[0..<count] (the caller clears and
+// frees each with BN_clear_free) and it returns 1; on failure it writes nothing and returns 0.
+// Every intermediate is cleared before it is freed.
+static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs, BIGNUM **rs) {
+    if (count < 1 || count > TT_PRESIGN_BATCH_MAX || key == NULL) return 0;
+    const EC_GROUP *group = EC_KEY_get0_group(key);
+    const BIGNUM *order = group != NULL ? EC_GROUP_get0_order(group) : NULL;
+    if (order == NULL) return 0;
+    enum { N = TT_PRESIGN_BATCH_MAX, RANDOM_BYTES = 40 };
+    unsigned char random[N * RANDOM_BYTES];
+    EC_POINT *points[N] = {0};
+    BIGNUM *k[N] = {0}, *x[N] = {0}, *z[N] = {0}, *prefix[N] = {0}, *kinv[N] = {0}, *r[N] = {0};
+    BIGNUM *p = NULL, *exponent = NULL, *inverse = NULL, *t = NULL;
+    BN_MONT_CTX *montP = BN_MONT_CTX_new(), *montN = BN_MONT_CTX_new();
+    BN_CTX *ctx = BN_CTX_new();
+    int ok = montP != NULL && montN != NULL && ctx != NULL;
+    if (ok) {
+        p = BN_new(); exponent = BN_new(); inverse = BN_new(); t = BN_new();
+        ok = p != NULL && exponent != NULL && inverse != NULL && t != NULL && EC_GROUP_get_curve(group, p, NULL, NULL, ctx) == 1
+            && BN_MONT_CTX_set(montP, p, ctx) == 1 && BN_MONT_CTX_set(montN, order, ctx) == 1
+            && RAND_priv_bytes(random, count * RANDOM_BYTES) == 1;
+    }
+    for (int i = 0; ok && i < count; i++) {
+        k[i] = BN_new(); x[i] = BN_new(); z[i] = BN_new(); prefix[i] = BN_new(); kinv[i] = BN_new(); r[i] = BN_new();
+        points[i] = EC_POINT_new(group);
+        ok = k[i] != NULL && x[i] != NULL && z[i] != NULL && prefix[i] != NULL && kinv[i] != NULL && r[i] != NULL && points[i] != NULL
+            && BN_bin2bn(random + i * RANDOM_BYTES, RANDOM_BYTES, k[i]) != NULL && BN_nnmod(k[i], k[i], order, ctx) == 1 && !BN_is_zero(k[i]);
+        if (ok) {
+            BN_set_flags(k[i], BN_FLG_CONSTTIME);
+            ok = EC_POINT_mul(group, points[i], k[i], NULL, NULL, ctx) == 1
+                && EC_POINT_get_Jprojective_coordinates_GFp(group, points[i], x[i], NULL, z[i], ctx) == 1 && !BN_is_zero(z[i])
+                && BN_to_montgomery(z[i], z[i], montP, ctx) == 1;
+        }
+    }
+    // r_i = X_i / Z_i^2 mod p, reduced mod n: prefix_i = Z_0...Z_i; inverse = 1 / prefix_{count-1}.
+    for (int i = 0; ok && i < count; i++)
+        ok = i == 0 ? BN_copy(prefix[0], z[0]) != NULL : BN_mod_mul_montgomery(prefix[i], prefix[i - 1], z[i], montP, ctx) == 1;
+    if (ok)
+        ok = BN_copy(exponent, p) != NULL && BN_sub_word(exponent, 2) == 1 && BN_from_montgomery(t, prefix[count - 1], montP, ctx) == 1
+            && BN_mod_exp_mont_consttime(inverse, t, exponent, p, ctx, montP) == 1 && BN_to_montgomery(inverse, inverse, montP, ctx) == 1;
+    for (int i = count - 1; ok && i >= 0; i--) {
+        // t = 1 / Z_i (Montgomery form), then inverse = 1 / prefix_{i-1}.
+        ok = (i == 0 ? BN_copy(t, inverse) != NULL : BN_mod_mul_montgomery(t, inverse, prefix[i - 1], montP, ctx) == 1)
+            && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, z[i], montP, ctx) == 1)
+            && BN_mod_mul_montgomery(t, t, t, montP, ctx) == 1            // 1 / Z_i^2, Montgomery form
+            && BN_mod_mul_montgomery(t, t, x[i], montP, ctx) == 1         // X_i / Z_i^2, plain
+            && BN_nnmod(r[i], t, order, ctx) == 1 && !BN_is_zero(r[i]);
+    }
+    // k_i^-1 mod n the same way, in the order's Montgomery domain (z[i] now holds k_i there).
+    for (int i = 0; ok && i < count; i++)
+        ok = BN_to_montgomery(z[i], k[i], montN, ctx) == 1
+            && (i == 0 ? BN_copy(prefix[0], z[0]) != NULL : BN_mod_mul_montgomery(prefix[i], prefix[i - 1], z[i], montN, ctx) == 1);
+    if (ok)
+        ok = BN_copy(exponent, order) != NULL && BN_sub_word(exponent, 2) == 1 && BN_from_montgomery(t, prefix[count - 1], montN, ctx) == 1
+            && BN_mod_exp_mont_consttime(inverse, t, exponent, order, ctx, montN) == 1 && BN_to_montgomery(inverse, inverse, montN, ctx) == 1;
+    for (int i = count - 1; ok && i >= 0; i--)
+        ok = (i == 0 ? BN_copy(t, inverse) != NULL : BN_mod_mul_montgomery(t, inverse, prefix[i - 1], montN, ctx) == 1)
+            && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, z[i], montN, ctx) == 1)
+            && BN_from_montgomery(kinv[i], t, montN, ctx) == 1 && !BN_is_zero(kinv[i]);
+    OPENSSL_cleanse(random, sizeof random);
+    for (int i = 0; i < count; i++) {
+        EC_POINT_clear_free(points[i]);
+        BN_clear_free(k[i]); BN_clear_free(x[i]); BN_clear_free(z[i]); BN_clear_free(prefix[i]);
+        if (ok) {
+            kinvs[i] = kinv[i];
+            rs[i] = r[i];
+        } else {
+            BN_clear_free(kinv[i]); BN_clear_free(r[i]);
+        }
+    }
+    BN_free(p); BN_clear_free(exponent); BN_clear_free(inverse); BN_clear_free(t);
+    BN_MONT_CTX_free(montP); BN_MONT_CTX_free(montN);
+    BN_CTX_free(ctx);
+    if (!ok) ERR_clear_error();
+    return ok;
 }
 
 // Signs a digest with a presigned nonce and writes r || s (32 bytes each) to out64: 1, or 0.

@@ -96,12 +96,15 @@ public enum TokenHTTPServer {
             let committed = metrics.makeGauge(
                 name: "tokenserver_ledger_committed_certificates", help: "Certificates recorded by those transactions")
             let largest = metrics.makeGauge(name: "tokenserver_ledger_largest_commit", help: "The most certificates one transaction recorded")
-            // The CA's signatures made from a nonce computed while the CPU was idle, and those
-            // made whole because none was ready (a P-256 issuing key; none otherwise).
+            // The CA's signatures made from a nonce computed beforehand, the batches of nonces
+            // signatures computed themselves because none was ready, and the signatures made whole
+            // (a P-256 issuing key; none otherwise).
             let presigned = metrics.makeGauge(
-                name: "tokenserver_ca_presigned_signatures", help: "CA signatures finished from a nonce computed beforehand, while the CPU was idle")
+                name: "tokenserver_ca_presigned_signatures", help: "CA signatures finished from a nonce computed beforehand (by the idle-time thread, or in a batch)")
+            let refills = metrics.makeGauge(
+                name: "tokenserver_ca_presign_refills", help: "Batches of nonces computed by a CA signature that found none ready")
             let whole = metrics.makeGauge(
-                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole: no presigned nonce was ready, or the presigning thread held its lock")
+                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole: the presigning thread held its lock, or no nonce could be computed")
             router.get("/metrics") { _, _ -> Response in
                 if let statistics = service.store.commitStatistics {
                     commits.set(Int64(statistics.batches))
@@ -110,6 +113,7 @@ public enum TokenHTTPServer {
                 }
                 if let statistics = service.ca.authority.presigner?.statistics {
                     presigned.set(Int64(statistics.used))
+                    refills.set(Int64(statistics.refills))
                     whole.set(Int64(statistics.missed + statistics.busy))
                 }
                 return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.emitToBuffer()).http

@@ -40,6 +40,38 @@ struct PresignerTests {
         #expect(statistics.presigned >= statistics.used)
     }
 
+    /// A signature that finds the store empty computes a batch itself (``P256Presigner/batchSize``
+    /// pairs; the first signature of a new presigner always does, its thread having just been
+    /// started), signs from one and stores the rest; every signature from such batches verifies,
+    /// and no two share a nonce. Before, a signature finding no pair returned nil (signed whole).
+    @Test func aSignatureFindingNoPairComputesABatch() throws {
+        let key = P256.Signing.PrivateKey()
+        let presigner = try #require(P256Presigner(privateKey: Array(key.rawRepresentation), capacity: 64))
+        let first = SHA256.hash(data: Array("first".utf8))
+        let raw = try #require(first.withUnsafeBytes { presigner.sign(digest: $0) })
+        #expect(key.publicKey.isValidSignature(try P256.Signing.ECDSASignature(rawRepresentation: raw), for: first))
+        var statistics = presigner.statistics
+        #expect(statistics.refills == 1)
+        #expect(statistics.used == 1)
+        #expect(statistics.presigned >= P256Presigner.batchSize)
+        var rs: Set<[UInt8]> = [Array(raw.prefix(32))]
+        // Faster than the thread refills: later signatures find the store empty again and refill.
+        for i in 0..<400 {
+            let digest = SHA256.hash(data: Array("message \(i)".utf8))
+            guard let raw = digest.withUnsafeBytes({ presigner.sign(digest: $0) }) else { continue }
+            let signature = try P256.Signing.ECDSASignature(rawRepresentation: raw)
+            #expect(key.publicKey.isValidSignature(signature, for: digest))
+            #expect(!key.publicKey.isValidSignature(signature, for: first))
+            #expect(rs.insert(Array(raw.prefix(32))).inserted, "a nonce was used twice")
+        }
+        statistics = presigner.statistics
+        #expect(statistics.missed == 0)
+        #expect(statistics.used + statistics.busy == 401)
+        #expect(statistics.used == rs.count)
+        #expect(statistics.refills >= 1)
+        #expect(statistics.presigned >= statistics.used)
+    }
+
     /// Pairs made in one process are never used in another (a child forked without exec has a
     /// copy of the store; both signing with one k would give the key away).
     @Test func aForkedChildNeverUsesItsParentsPairs() throws {
