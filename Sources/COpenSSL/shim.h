@@ -188,27 +188,26 @@ static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs,
     if (order == NULL) return 0;
     enum { N = TT_PRESIGN_BATCH_MAX, RANDOM_BYTES = 40 };
     unsigned char random[N * RANDOM_BYTES];
-    EC_POINT *points[N] = {0};
     BIGNUM *k[N] = {0}, *x[N] = {0}, *z[N] = {0}, *prefix[N] = {0}, *kinv[N] = {0}, *r[N] = {0};
     BIGNUM *p = NULL, *exponent = NULL, *inverse = NULL, *t = NULL;
     BN_MONT_CTX *montP = BN_MONT_CTX_new(), *montN = BN_MONT_CTX_new();
     BN_CTX *ctx = BN_CTX_new();
-    int ok = montP != NULL && montN != NULL && ctx != NULL;
+    // One point for the whole batch: each kG's coordinates are copied out before the next.
+    EC_POINT *point = EC_POINT_new(group);
+    int ok = montN != NULL && montP != NULL && ctx != NULL && point != NULL;
     if (ok) {
         p = BN_new(); exponent = BN_new(); inverse = BN_new(); t = BN_new();
         ok = p != NULL && exponent != NULL && inverse != NULL && t != NULL && EC_GROUP_get_curve(group, p, NULL, NULL, ctx) == 1
-            && BN_MONT_CTX_set(montP, p, ctx) == 1 && BN_MONT_CTX_set(montN, order, ctx) == 1
-            && RAND_priv_bytes(random, count * RANDOM_BYTES) == 1;
+            && BN_MONT_CTX_set(montP, p, ctx) == 1 && BN_MONT_CTX_set(montN, order, ctx) == 1 && RAND_priv_bytes(random, count * RANDOM_BYTES) == 1;
     }
     for (int i = 0; ok && i < count; i++) {
         k[i] = BN_new(); x[i] = BN_new(); z[i] = BN_new(); prefix[i] = BN_new(); kinv[i] = BN_new(); r[i] = BN_new();
-        points[i] = EC_POINT_new(group);
-        ok = k[i] != NULL && x[i] != NULL && z[i] != NULL && prefix[i] != NULL && kinv[i] != NULL && r[i] != NULL && points[i] != NULL
+        ok = k[i] != NULL && x[i] != NULL && z[i] != NULL && prefix[i] != NULL && kinv[i] != NULL && r[i] != NULL
             && BN_bin2bn(random + i * RANDOM_BYTES, RANDOM_BYTES, k[i]) != NULL && BN_nnmod(k[i], k[i], order, ctx) == 1 && !BN_is_zero(k[i]);
         if (ok) {
             BN_set_flags(k[i], BN_FLG_CONSTTIME);
-            ok = EC_POINT_mul(group, points[i], k[i], NULL, NULL, ctx) == 1
-                && EC_POINT_get_Jprojective_coordinates_GFp(group, points[i], x[i], NULL, z[i], ctx) == 1 && !BN_is_zero(z[i])
+            ok = EC_POINT_mul(group, point, k[i], NULL, NULL, ctx) == 1
+                && EC_POINT_get_Jprojective_coordinates_GFp(group, point, x[i], NULL, z[i], ctx) == 1 && !BN_is_zero(z[i])
                 && BN_to_montgomery(z[i], z[i], montP, ctx) == 1;
         }
     }
@@ -238,8 +237,8 @@ static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs,
             && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, z[i], montN, ctx) == 1)
             && BN_from_montgomery(kinv[i], t, montN, ctx) == 1 && !BN_is_zero(kinv[i]);
     OPENSSL_cleanse(random, sizeof random);
+    EC_POINT_clear_free(point);
     for (int i = 0; i < count; i++) {
-        EC_POINT_clear_free(points[i]);
         BN_clear_free(k[i]); BN_clear_free(x[i]); BN_clear_free(z[i]); BN_clear_free(prefix[i]);
         if (ok) {
             kinvs[i] = kinv[i];
