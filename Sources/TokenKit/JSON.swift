@@ -259,6 +259,10 @@ struct JSONParser {
             position += 1
             return .object(members)
         }
+        // Room for a token's claims or a request's members, so the dictionary is not grown (and
+        // rehashed) three times on the way to eight (tokenbench --issuance-stages --filter
+        // identity, 3 alternated pairs: 2.75–4.07 → 2.51–2.81 µs).
+        members.reserveCapacity(8)
         while true {
             skipWhitespace()
             guard position < input.count, input[position] == UInt8(ascii: "\"") else {
