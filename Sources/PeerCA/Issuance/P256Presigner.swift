@@ -46,9 +46,12 @@ package final class P256Presigner: Sendable {
         package var signatures: Int { used + missed + busy }
     }
 
-    /// The most pairs kept ready. 128 covers the signatures of a few of the ledger's flushes (one
-    /// flush, ≈ 0.4 ms here, computes ≈ 30) and holds ≈ 1.7 ms of work done beforehand.
-    package static let defaultCapacity = 128
+    /// The most pairs kept ready (≈ 13 ms of work done beforehand, ≈ 200 KB). The thread only gets
+    /// the CPU's idle moments, which come in bursts (a flush waited for, a lull between requests):
+    /// a larger store banks more of each burst. With 128, signers computed 23–34% of the pairs
+    /// themselves in the 2-core issuance row; with 1,024, 5–12%, and the row was ahead in 3 of 3
+    /// alternated runs (tokenbench --issuance-child peerca.issuance.2core --seconds 5).
+    package static let defaultCapacity = 1024
 
     /// The pairs computed at once: past 32 the shared inversions (≈ 60 µs a batch) no longer
     /// matter (a pair ≈ 12.8 µs at 32, 12.6 at 64, 15.2 at 16, 78 alone).
