@@ -49,8 +49,9 @@ package final class P256Presigner: Sendable {
     /// The most pairs kept ready (≈ 13 ms of work done beforehand, ≈ 200 KB). The thread only gets
     /// the CPU's idle moments, which come in bursts (a flush waited for, a lull between requests):
     /// a larger store banks more of each burst. With 128, signers computed 23–34% of the pairs
-    /// themselves in the 2-core issuance row; with 1,024, 5–12%, and the row was ahead in 3 of 3
-    /// alternated runs (tokenbench --issuance-child peerca.issuance.2core --seconds 5).
+    /// themselves in the 2-core issuance row (each such signature waits ≈ 0.4 ms for its batch);
+    /// with 1,024, 5–12%. The row's rate: ahead in 4 of 6 alternated runs, inside this VM's noise
+    /// (tokenbench --issuance-child peerca.issuance.2core --seconds 5).
     package static let defaultCapacity = 1024
 
     /// The pairs computed at once: past 32 the shared inversions (≈ 60 µs a batch) no longer
