@@ -173,7 +173,7 @@ enum { TT_PRESIGN_BATCH_MAX = 64 };
 // modulo the order (k^-1) besides the point multiplication; here both inversions are shared by the
 // batch with Montgomery's trick (one inversion of the product, then three multiplications per
 // element), and the random bytes come from one RAND_priv_bytes call.
-// - each k: 40 random bytes reduced modulo n (a bias below 2^-64, as FIPS 186-5 A.3.1's
+// - each k: 40 random bytes reduced modulo n (a bias below 2^-64, like FIPS 186-5 A.3.1's
 //   extra-bits method); a zero k, a point at infinity or a zero r fails the whole batch;
 // - kG: EC_POINT_mul, OpenSSL's constant-time path for P-256, left in Jacobian coordinates;
 // - both inversions by Fermat's little theorem with BN_mod_exp_mont_consttime; the products in

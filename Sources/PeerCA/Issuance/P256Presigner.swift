@@ -35,8 +35,8 @@ package final class P256Presigner: Sendable {
         /// Batches computed by a signature that found the store empty (its signature counts in
         /// `used`).
         package var refills = 0
-        /// Signatures made whole: no pair was ready and none could be computed, or the thread held
-        /// the store's lock at that moment (the signer does not wait for it).
+        /// Signatures made whole: no pair was ready and none could be computed, or the store's lock
+        /// was held at that moment by the thread or another signer (a signer does not wait for it).
         package var missed = 0
         package var busy = 0
 
@@ -46,7 +46,8 @@ package final class P256Presigner: Sendable {
         package var signatures: Int { used + missed + busy }
     }
 
-    /// The most pairs kept ready (≈ 13 ms of work done beforehand, ≈ 200 KB). The thread only gets
+    /// The pairs kept ready (up to a batch more: ``batchSize``; ≈ 13 ms of work done beforehand,
+    /// ≈ 200 KB). The thread only gets
     /// the CPU's idle moments, which come in bursts (a flush waited for, a lull between requests):
     /// a larger store banks more of each burst. With 128, signers computed 23–34% of the pairs
     /// themselves in the 2-core issuance row (each such signature waits ≈ 0.4 ms for its batch);
@@ -54,8 +55,9 @@ package final class P256Presigner: Sendable {
     /// (tokenbench --issuance-child peerca.issuance.2core --seconds 5).
     package static let defaultCapacity = 1024
 
-    /// The pairs computed at once: past 32 the shared inversions (≈ 60 µs a batch) no longer
-    /// matter (a pair ≈ 12.8 µs at 32, 12.6 at 64, 15.2 at 16, 78 alone).
+    /// The pairs computed at once (at most `TT_PRESIGN_BATCH_MAX`, 64): past 32 the shared
+    /// inversions (≈ 60 µs a batch) no longer matter (a pair ≈ 12.8 µs at 32, 12.6 at 64, 15.2 at
+    /// 16, 78 alone).
     package static let batchSize = 32
 
     private let shared: Shared
@@ -88,8 +90,8 @@ package final class P256Presigner: Sendable {
 
     /// The signature (`r ‖ s`, 64 bytes) of a SHA-256 `digest` from a pair computed beforehand —
     /// or, when none is ready, from a batch computed now (the rest of it stored) — or nil when the
-    /// thread holds the store's lock or no batch could be computed (the caller then signs whole
-    /// rather than wait for a thread that may not get a CPU soon).
+    /// store's lock is held (by the thread or another signer) or no batch could be computed (the
+    /// caller then signs whole rather than wait for a thread that may not get a CPU soon).
     package func sign(digest: UnsafeRawBufferPointer) -> [UInt8]? {
         // A forked child's copy of the store is its parent's: never used (nor its lock, which the
         // parent's thread may have held at the fork).
@@ -128,11 +130,17 @@ package final class P256Presigner: Sendable {
     /// The store was empty: computes a batch, keeps one pair for the caller and stores the rest (as
     /// many as fit), or nil when the batch fails.
     private func refill() -> Nonce? {
-        guard var batch = Nonce.batch(key: shared.key, count: min(Self.batchSize, shared.capacity)), let mine = batch.popLast() else { return nil }
+        // Through the exit gate, as the thread's batches: the process's exit waits for it.
+        tokentool_background_enter()
+        let made = Nonce.batch(key: shared.key, count: min(Self.batchSize, shared.capacity))
+        tokentool_background_leave()
+        guard var batch = made, let mine = batch.popLast() else { return nil }
         shared.refills.add(1, ordering: .relaxed)
         shared.presigned.add(batch.count + 1, ordering: .relaxed)
-        // What does not fit is cleared and freed after the lock is let go.
-        _ = shared.state.withLock { state in state.store(batch, capacity: shared.capacity) }
+        // Never waits for the lock (the thread holding it may be given no CPU for a while): when it
+        // is held, the other pairs are dropped. Pairs not stored are cleared and freed here, after
+        // the lock is let go.
+        _ = shared.state.withLockIfAvailable { state in state.store(batch, capacity: shared.capacity) }
         return mine
     }
 
@@ -175,7 +183,8 @@ package final class P256Presigner: Sendable {
         }
 
         /// `count` fresh pairs computed together, or nil when the computation fails.
-        static func batch(key: ECSigningKey, count: Int) -> [Nonce]? {
+        static func batch(key: ECSigningKey, count wanted: Int) -> [Nonce]? {
+            let count = min(wanted, Int(TT_PRESIGN_BATCH_MAX))
             var kinvs = [OpaquePointer?](repeating: nil, count: count)
             var rs = [OpaquePointer?](repeating: nil, count: count)
             let ok = kinvs.withUnsafeMutableBufferPointer { kinvs in
@@ -223,12 +232,13 @@ package final class P256Presigner: Sendable {
             return true
         }
 
-        /// Stores as many of `batch` as `capacity` leaves room for and returns the others, which
-        /// the caller frees outside the lock.
-        mutating func store(_ batch: [Nonce], capacity: Int) -> ArraySlice<Nonce> {
-            let room = max(0, capacity - ready.count)
-            ready.append(contentsOf: batch.prefix(room))
-            return batch.dropFirst(room)
+        /// Stores the whole `batch` while fewer than `capacity` pairs are ready (so the store may
+        /// pass `capacity` by less than a batch), or none of it; true when stored. Pairs not stored
+        /// are freed by the caller, outside the lock.
+        mutating func store(_ batch: [Nonce], capacity: Int) -> Bool {
+            guard ready.count < capacity else { return false }
+            ready.append(contentsOf: batch)
+            return true
         }
     }
 
@@ -283,10 +293,10 @@ package final class P256Presigner: Sendable {
             threadID.store(0, ordering: .releasing)
         }
 
-        /// Computes pairs (batches of up to ``P256Presigner/batchSize``) until `capacity` are ready,
-        /// sleeps until half are used, and returns once stopped. Its OpenSSL work goes through the
-        /// exit gate (CBackgroundThread): the process's exit waits for a batch being computed, and OpenSSL's own clean-up at exit then finds
-        /// this thread out of its way.
+        /// Computes pairs (whole batches of ``P256Presigner/batchSize``) until `capacity` or more
+        /// are ready, sleeps until half are used, and returns once stopped. Its OpenSSL work goes
+        /// through the exit gate (CBackgroundThread): the process's exit waits for a batch being
+        /// computed, and OpenSSL's own clean-up at exit then finds this thread out of its way.
         private func run() {
             while !stopped.load(ordering: .acquiring) {
                 enum Next { case compute(Int), sleep }
@@ -295,7 +305,8 @@ package final class P256Presigner: Sendable {
                         state.sleeping = true
                         return .sleep
                     }
-                    return .compute(min(P256Presigner.batchSize, capacity - state.ready.count))
+                    // Whole batches: one of a few pairs costs almost what 32 do (the shared inversions).
+                    return .compute(min(P256Presigner.batchSize, capacity))
                 }
                 switch next {
                 case .sleep: wake.wait()
