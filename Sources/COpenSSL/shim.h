@@ -166,18 +166,44 @@ static inline EC_KEY *tt_p256_signing_key_new(const unsigned char *scalar32) {
 // The most pairs tt_ecdsa_presign_batch computes in one call.
 enum { TT_PRESIGN_BATCH_MAX = 64 };
 
+// Replaces each of values[0..<count] (non-zero, in `mont`'s Montgomery form, modulo the prime `m`)
+// by its inverse, in the same form, with one inversion for the whole batch (Montgomery's trick:
+// prefix_i = values_0...values_i, then three multiplications per element on the way back). The
+// one inversion is by Fermat's little theorem, with BN_mod_exp_mont_consttime. `prefix` holds
+// `count` BIGNUMs the caller owns (scratch). 1, or 0 on failure.
+static inline int tt_mont_batch_invert(BIGNUM **values, BIGNUM **prefix, int count, const BIGNUM *m, BN_MONT_CTX *mont, BN_CTX *ctx) {
+    BN_CTX_start(ctx);
+    BIGNUM *exponent = BN_CTX_get(ctx), *inverse = BN_CTX_get(ctx), *t = BN_CTX_get(ctx);
+    int ok = t != NULL;
+    for (int i = 0; ok && i < count; i++)
+        ok = i == 0 ? BN_copy(prefix[0], values[0]) != NULL : BN_mod_mul_montgomery(prefix[i], prefix[i - 1], values[i], mont, ctx) == 1;
+    if (ok)
+        ok = BN_copy(exponent, m) != NULL && BN_sub_word(exponent, 2) == 1 && BN_from_montgomery(t, prefix[count - 1], mont, ctx) == 1
+            && BN_mod_exp_mont_consttime(inverse, t, exponent, m, ctx, mont) == 1 && BN_to_montgomery(inverse, inverse, mont, ctx) == 1;
+    for (int i = count - 1; ok && i >= 0; i--) {
+        // t = 1 / values_i, then inverse = 1 / prefix_{i-1}.
+        ok = (i == 0 ? BN_copy(t, inverse) != NULL : BN_mod_mul_montgomery(t, inverse, prefix[i - 1], mont, ctx) == 1)
+            && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, values[i], mont, ctx) == 1)
+            && BN_copy(values[i], t) != NULL;
+    }
+    if (t != NULL) {
+        BN_clear(inverse);
+        BN_clear(t);
+    }
+    BN_CTX_end(ctx);
+    return ok;
+}
+
 // Computes `count` (1...TT_PRESIGN_BATCH_MAX) fresh nonces for `key` (a P-256 key) at once, each as
 // the pair (k^-1 mod n, r = (kG).x mod n) that ECDSA_do_sign_ex finishes a signature from.
 //
 // One nonce alone (ECDSA_sign_setup) pays a field inversion (kG's affine x) and an inversion
 // modulo the order (k^-1) besides the point multiplication; here both inversions are shared by the
-// batch with Montgomery's trick (one inversion of the product, then three multiplications per
-// element), and the random bytes come from one RAND_priv_bytes call.
+// batch (tt_mont_batch_invert), and the random bytes come from one RAND_priv_bytes call.
 // - each k: 40 random bytes reduced modulo n (a bias below 2^-64, like FIPS 186-5 A.3.1's
 //   extra-bits method); a zero k, a point at infinity or a zero r fails the whole batch;
 // - kG: EC_POINT_mul, OpenSSL's constant-time path for P-256, left in Jacobian coordinates;
-// - both inversions by Fermat's little theorem with BN_mod_exp_mont_consttime; the products in
-//   the Montgomery domain (BN_mod_mul_montgomery).
+// - r_i = X_i / Z_i^2 mod p, reduced mod n; k_i^-1 in the order's Montgomery domain.
 // On success the new BIGNUMs are in kinvs[0..<count] and rs[0..<count] (the caller clears and
 // frees each with BN_clear_free) and it returns 1; on failure it writes nothing and returns 0.
 // Every intermediate is cleared before it is freed.
@@ -189,17 +215,14 @@ static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs,
     enum { N = TT_PRESIGN_BATCH_MAX, RANDOM_BYTES = 40 };
     unsigned char random[N * RANDOM_BYTES];
     BIGNUM *k[N] = {0}, *x[N] = {0}, *z[N] = {0}, *prefix[N] = {0}, *kinv[N] = {0}, *r[N] = {0};
-    BIGNUM *p = NULL, *exponent = NULL, *inverse = NULL, *t = NULL;
+    BIGNUM *p = BN_new(), *t = BN_new();
     BN_MONT_CTX *montP = BN_MONT_CTX_new(), *montN = BN_MONT_CTX_new();
     BN_CTX *ctx = BN_CTX_new();
     // One point for the whole batch: each kG's coordinates are copied out before the next.
     EC_POINT *point = EC_POINT_new(group);
-    int ok = montN != NULL && montP != NULL && ctx != NULL && point != NULL;
-    if (ok) {
-        p = BN_new(); exponent = BN_new(); inverse = BN_new(); t = BN_new();
-        ok = p != NULL && exponent != NULL && inverse != NULL && t != NULL && EC_GROUP_get_curve(group, p, NULL, NULL, ctx) == 1
-            && BN_MONT_CTX_set(montP, p, ctx) == 1 && BN_MONT_CTX_set(montN, order, ctx) == 1 && RAND_priv_bytes(random, count * RANDOM_BYTES) == 1;
-    }
+    int ok = p != NULL && t != NULL && montN != NULL && montP != NULL && ctx != NULL && point != NULL
+        && EC_GROUP_get_curve(group, p, NULL, NULL, ctx) == 1 && BN_MONT_CTX_set(montP, p, ctx) == 1
+        && BN_MONT_CTX_set(montN, order, ctx) == 1 && RAND_priv_bytes(random, count * RANDOM_BYTES) == 1;
     for (int i = 0; ok && i < count; i++) {
         k[i] = BN_new(); x[i] = BN_new(); z[i] = BN_new(); prefix[i] = BN_new(); kinv[i] = BN_new(); r[i] = BN_new();
         ok = k[i] != NULL && x[i] != NULL && z[i] != NULL && prefix[i] != NULL && kinv[i] != NULL && r[i] != NULL
@@ -211,31 +234,16 @@ static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs,
                 && BN_to_montgomery(z[i], z[i], montP, ctx) == 1;
         }
     }
-    // r_i = X_i / Z_i^2 mod p, reduced mod n: prefix_i = Z_0...Z_i; inverse = 1 / prefix_{count-1}.
+    // z_i becomes 1 / Z_i (Montgomery form); r_i = X_i / Z_i^2 mod p, reduced mod n.
+    ok = ok && tt_mont_batch_invert(z, prefix, count, p, montP, ctx);
     for (int i = 0; ok && i < count; i++)
-        ok = i == 0 ? BN_copy(prefix[0], z[0]) != NULL : BN_mod_mul_montgomery(prefix[i], prefix[i - 1], z[i], montP, ctx) == 1;
-    if (ok)
-        ok = BN_copy(exponent, p) != NULL && BN_sub_word(exponent, 2) == 1 && BN_from_montgomery(t, prefix[count - 1], montP, ctx) == 1
-            && BN_mod_exp_mont_consttime(inverse, t, exponent, p, ctx, montP) == 1 && BN_to_montgomery(inverse, inverse, montP, ctx) == 1;
-    for (int i = count - 1; ok && i >= 0; i--) {
-        // t = 1 / Z_i (Montgomery form), then inverse = 1 / prefix_{i-1}.
-        ok = (i == 0 ? BN_copy(t, inverse) != NULL : BN_mod_mul_montgomery(t, inverse, prefix[i - 1], montP, ctx) == 1)
-            && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, z[i], montP, ctx) == 1)
-            && BN_mod_mul_montgomery(t, t, t, montP, ctx) == 1            // 1 / Z_i^2, Montgomery form
-            && BN_mod_mul_montgomery(t, t, x[i], montP, ctx) == 1         // X_i / Z_i^2, plain
+        ok = BN_mod_mul_montgomery(t, z[i], z[i], montP, ctx) == 1     // 1 / Z_i^2, Montgomery form
+            && BN_mod_mul_montgomery(t, t, x[i], montP, ctx) == 1       // X_i / Z_i^2, plain
             && BN_nnmod(r[i], t, order, ctx) == 1 && !BN_is_zero(r[i]);
-    }
-    // k_i^-1 mod n the same way, in the order's Montgomery domain (z[i] now holds k_i there).
-    for (int i = 0; ok && i < count; i++)
-        ok = BN_to_montgomery(z[i], k[i], montN, ctx) == 1
-            && (i == 0 ? BN_copy(prefix[0], z[0]) != NULL : BN_mod_mul_montgomery(prefix[i], prefix[i - 1], z[i], montN, ctx) == 1);
-    if (ok)
-        ok = BN_copy(exponent, order) != NULL && BN_sub_word(exponent, 2) == 1 && BN_from_montgomery(t, prefix[count - 1], montN, ctx) == 1
-            && BN_mod_exp_mont_consttime(inverse, t, exponent, order, ctx, montN) == 1 && BN_to_montgomery(inverse, inverse, montN, ctx) == 1;
-    for (int i = count - 1; ok && i >= 0; i--)
-        ok = (i == 0 ? BN_copy(t, inverse) != NULL : BN_mod_mul_montgomery(t, inverse, prefix[i - 1], montN, ctx) == 1)
-            && (i == 0 || BN_mod_mul_montgomery(inverse, inverse, z[i], montN, ctx) == 1)
-            && BN_from_montgomery(kinv[i], t, montN, ctx) == 1 && !BN_is_zero(kinv[i]);
+    // k_i^-1 mod n the same way, in the order's Montgomery domain (z_i now holds k_i there).
+    for (int i = 0; ok && i < count; i++) ok = BN_to_montgomery(z[i], k[i], montN, ctx) == 1;
+    ok = ok && tt_mont_batch_invert(z, prefix, count, order, montN, ctx);
+    for (int i = 0; ok && i < count; i++) ok = BN_from_montgomery(kinv[i], z[i], montN, ctx) == 1 && !BN_is_zero(kinv[i]);
     OPENSSL_cleanse(random, sizeof random);
     EC_POINT_clear_free(point);
     for (int i = 0; i < count; i++) {
@@ -247,7 +255,7 @@ static inline int tt_ecdsa_presign_batch(EC_KEY *key, int count, BIGNUM **kinvs,
             BN_clear_free(kinv[i]); BN_clear_free(r[i]);
         }
     }
-    BN_free(p); BN_clear_free(exponent); BN_clear_free(inverse); BN_clear_free(t);
+    BN_free(p); BN_clear_free(t);
     BN_MONT_CTX_free(montP); BN_MONT_CTX_free(montN);
     BN_CTX_free(ctx);
     if (!ok) ERR_clear_error();
