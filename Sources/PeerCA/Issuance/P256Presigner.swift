@@ -130,11 +130,7 @@ package final class P256Presigner: Sendable {
     /// The store was empty: computes a batch, keeps one pair for the caller and stores the rest (as
     /// many as fit), or nil when the batch fails.
     private func refill() -> Nonce? {
-        // Through the exit gate, as the thread's batches: the process's exit waits for it.
-        tokentool_background_enter()
-        let made = Nonce.batch(key: shared.key, count: min(Self.batchSize, shared.capacity))
-        tokentool_background_leave()
-        guard var batch = made, let mine = batch.popLast() else { return nil }
+        guard var batch = shared.computeBatch(), let mine = batch.popLast() else { return nil }
         shared.refills.add(1, ordering: .relaxed)
         shared.presigned.add(batch.count + 1, ordering: .relaxed)
         // Never waits for the lock (the thread holding it may be given no CPU for a while): when it
@@ -293,30 +289,35 @@ package final class P256Presigner: Sendable {
             threadID.store(0, ordering: .releasing)
         }
 
-        /// Computes pairs (whole batches of ``P256Presigner/batchSize``) until `capacity` or more
-        /// are ready, sleeps until half are used, and returns once stopped. Its OpenSSL work goes
+        /// A batch of fresh pairs, for the thread and for a signer that found the store empty:
+        /// ``P256Presigner/batchSize`` of them (the capacity, when smaller), always whole — a few
+        /// pairs alone cost almost what 32 do (the shared inversions). The OpenSSL work goes
         /// through the exit gate (CBackgroundThread): the process's exit waits for a batch being
-        /// computed, and OpenSSL's own clean-up at exit then finds this thread out of its way.
+        /// computed, and OpenSSL's own clean-up at exit then finds no thread inside it.
+        func computeBatch() -> [Nonce]? {
+            tokentool_background_enter()
+            defer { tokentool_background_leave() }
+            return Nonce.batch(key: key, count: min(P256Presigner.batchSize, capacity))
+        }
+
+        /// Computes pairs (``computeBatch()``) until `capacity` or more are ready, sleeps until half
+        /// are used, and returns once stopped.
         private func run() {
             while !stopped.load(ordering: .acquiring) {
-                enum Next { case compute(Int), sleep }
+                enum Next { case compute, sleep }
                 let next = state.withLock { state -> Next in
                     if state.ready.count >= capacity {
                         state.sleeping = true
                         return .sleep
                     }
-                    // Whole batches: one of a few pairs costs almost what 32 do (the shared inversions).
-                    return .compute(min(P256Presigner.batchSize, capacity))
+                    return .compute
                 }
                 switch next {
                 case .sleep: wake.wait()
-                case .compute(let count):
+                case .compute:
                     // A failure (out of memory) leaves the store as it was; signers then compute
                     // their own batch, or sign whole.
-                    tokentool_background_enter()
-                    let made = Nonce.batch(key: key, count: count)
-                    tokentool_background_leave()
-                    guard let batch = made else {
+                    guard let batch = computeBatch() else {
                         usleep(10_000)
                         continue
                     }
