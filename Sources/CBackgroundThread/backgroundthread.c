@@ -64,3 +64,16 @@ void tokentool_background_leave(void) {
     if (gate_inside == 0) pthread_cond_broadcast(&gate_empty);
     pthread_mutex_unlock(&gate_mutex);
 }
+
+static _Atomic unsigned long fork_generation = 0;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+// Runs in the child right after fork(), in the thread that forked: only an atomic add.
+static void fork_child(void) { fork_generation += 1; }
+
+static void fork_register(void) { pthread_atfork(NULL, NULL, fork_child); }
+
+unsigned long tokentool_fork_generation(void) {
+    pthread_once(&fork_once, fork_register);
+    return fork_generation;
+}

@@ -75,7 +75,7 @@ struct PresignerTests {
     /// Pairs made in one process are never used in another (a child forked without exec has a
     /// copy of the store; both signing with one k would give the key away).
     @Test func aForkedChildNeverUsesItsParentsPairs() throws {
-        let presigner = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8, owner: getpid() + 1))
+        let presigner = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8, owner: ProcessOwner(id: getpid() + 1, forkGeneration: ProcessOwner.currentForkGeneration)))
         #expect(presigner.fill(atLeast: 8, timeout: 120))
         let digest = SHA256.hash(data: Array("message".utf8))
         #expect(digest.withUnsafeBytes { presigner.sign(digest: $0) } == nil)

@@ -1,7 +1,8 @@
 // A background thread's place in the process, for PeerCA's P256Presigner: its scheduling class,
-// its ID, and a gate that keeps its OpenSSL calls out of the way of the process's exit. The
-// declarations need no system header (a Clang module that includes <sched.h> would own
-// `struct timespec` for every Swift file that imports it); backgroundthread.c includes them.
+// its ID, a gate that keeps its OpenSSL calls out of the way of the process's exit, and the
+// process's fork generation. The declarations need no system header (a Clang module that includes
+// <sched.h> would own `struct timespec` for every Swift file that imports it);
+// backgroundthread.c includes them.
 #ifndef TOKENTOOL_CBACKGROUNDTHREAD_H
 #define TOKENTOOL_CBACKGROUNDTHREAD_H
 
@@ -24,5 +25,15 @@ int tokentool_thread_id(void);
 // until the process ends), so nothing of the thread's touches OpenSSL again.
 void tokentool_background_enter(void);
 void tokentool_background_leave(void);
+
+// The process's fork generation: how many fork() calls (without exec) separate this process from
+// the first one that asked. The first call registers a pthread_atfork child handler that adds one
+// in each child; the process that made the first call (and every process it execs) reads the
+// value it read before. Unlike the process ID, which the kernel recycles, a forked child never
+// reads its parent's value: state that must stay with the process that made it (presigned
+// nonces, buffered random bytes) records the generation and checks it before each use. Should
+// pthread_atfork fail (out of memory), the value never changes: such state keeps a process-ID
+// check beside it.
+unsigned long tokentool_fork_generation(void);
 
 #endif

@@ -14,9 +14,10 @@ import Synchronization
 /// seeded (Linux 5.6 and later; `/dev/urandom` does not wait), then never blocks. The file is
 /// opened for each refill, so no descriptor is kept that other code could close. The bytes are
 /// the kernel's own output, kept in this process's memory until used (as OpenSSL and BoringSSL
-/// keep their generators' state); a child made by `fork` would share what is left of the buffer,
-/// and tokentool does not fork. When the file cannot be read, the standard library's generator
-/// fills the request instead.
+/// keep their generators' state). A child made by `fork` (without `exec`) would otherwise hand out
+/// the same bytes as its parent: the buffer belongs to a fork generation (``ProcessOwner``), and a
+/// process of another one drops what is left and reads afresh. When the file cannot be read, the
+/// standard library's generator fills the request instead.
 package final class KernelRandom: Sendable {
     package static let shared = KernelRandom()
 
@@ -30,6 +31,8 @@ package final class KernelRandom: Sendable {
         var buffer = [UInt8](repeating: 0, count: 4096)
         /// The next unused byte of `buffer` (`buffer.count`: none left).
         var next = 4096
+        /// The fork generation whose process read the buffer.
+        var generation = ProcessOwner.currentForkGeneration
         var statistics = Statistics()
     }
     private let state = Mutex(State())
@@ -42,6 +45,13 @@ package final class KernelRandom: Sendable {
             guard out.count <= 512 else {
                 state.statistics.fallbacks += 1
                 return false
+            }
+            let generation = ProcessOwner.currentForkGeneration
+            if state.generation != generation {
+                // A forked child: its parent may serve these bytes too.
+                for index in state.next..<state.buffer.count { state.buffer[index] = 0 }
+                state.next = state.buffer.count
+                state.generation = generation
             }
             if state.buffer.count - state.next < out.count {
                 guard Self.refill(&state) else {

@@ -24,8 +24,8 @@ import Synchronization
 /// the key does and are cleared when used or when the presigner goes. The thread starts with the
 /// first signature and stops when the presigner is released. A process forked from this one
 /// (without `exec`) has a copy of the store: it never uses it (the pairs belong to the process
-/// that made them, checked by process ID at each signature), so parent and child cannot both sign
-/// with one `k`.
+/// that made them, checked at each signature by process ID and fork generation — a recycled ID
+/// does not pass: ``ProcessOwner``), so parent and child cannot both sign with one `k`.
 package final class P256Presigner: Sendable {
     /// What the presigner has done so far.
     package struct Statistics: Sendable, Equatable {
@@ -63,14 +63,15 @@ package final class P256Presigner: Sendable {
     private let shared: Shared
 
     /// nil when `privateKey` (the 32-byte scalar) is not a P-256 private key. `owner`: the process
-    /// whose signatures may use the pairs (tests pass another to see a forked child's refusal).
-    package init?(privateKey: [UInt8], capacity: Int = P256Presigner.defaultCapacity, owner: Int32 = getpid()) {
+    /// whose signatures may use the pairs, nil for this one (tests pass another to see a forked
+    /// child's refusal).
+    package init?(privateKey: [UInt8], capacity: Int = P256Presigner.defaultCapacity, owner: ProcessOwner? = nil) {
         let made: OpaquePointer? = privateKey.withUnsafeBufferPointer { buffer in
             guard buffer.count == 32, let base = buffer.baseAddress else { return nil }
             return tt_p256_signing_key_new(base)
         }
         guard let key = made else { return nil }
-        shared = Shared(key: ECSigningKey(taking: key), capacity: max(1, capacity), owner: owner)
+        shared = Shared(key: ECSigningKey(taking: key), capacity: max(1, capacity), owner: owner ?? .current)
     }
 
     /// Ends the thread, which clears the pairs as it goes (without taking the store's lock here:
@@ -95,7 +96,7 @@ package final class P256Presigner: Sendable {
     package func sign(digest: UnsafeRawBufferPointer) -> [UInt8]? {
         // A forked child's copy of the store is its parent's: never used (nor its lock, which the
         // parent's thread may have held at the fork).
-        guard getpid() == shared.owner, let base = digest.baseAddress else { return nil }
+        guard ProcessOwner.current == shared.owner, let base = digest.baseAddress else { return nil }
         var start = false, wake = false
         let taken = shared.state.withLockIfAvailable { state -> Nonce? in
             start = state.claimStart()
@@ -243,7 +244,7 @@ package final class P256Presigner: Sendable {
     private final class Shared: Sendable {
         let key: ECSigningKey
         let capacity: Int
-        let owner: Int32
+        let owner: ProcessOwner
         let state = Mutex(State())
         let wake = DispatchSemaphore(value: 0)
         let stopped = Atomic<Bool>(false)
@@ -255,7 +256,7 @@ package final class P256Presigner: Sendable {
         let missed = Atomic<Int>(0)
         let busy = Atomic<Int>(0)
 
-        init(key: ECSigningKey, capacity: Int, owner: Int32) {
+        init(key: ECSigningKey, capacity: Int, owner: ProcessOwner) {
             self.key = key
             self.capacity = capacity
             self.owner = owner

@@ -1,0 +1,32 @@
+internal import CBackgroundThread
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The process a piece of secret or once-only state belongs to: its ID and its fork generation.
+///
+/// A child made by `fork` (without `exec`) has a copy of its parent's memory: presigned nonces
+/// (``P256Presigner``), buffered random bytes (``KernelRandom``). Used in both processes, one nonce
+/// would sign two messages and give the key away. The process ID alone does not tell them apart
+/// for sure: a grandchild forked from a child can be given its grandparent's recycled ID. The fork
+/// generation can: a `pthread_atfork` handler adds one to it in every child
+/// (`tokentool_fork_generation`), so no forked process reads the value its parent recorded.
+package struct ProcessOwner: Sendable, Equatable {
+    package let id: Int32
+    package let forkGeneration: UInt
+
+    package init(id: Int32, forkGeneration: UInt) {
+        self.id = id
+        self.forkGeneration = forkGeneration
+    }
+
+    /// The calling process (a system call for the ID: ≈ 0.1 µs).
+    package static var current: ProcessOwner { ProcessOwner(id: getpid(), forkGeneration: currentForkGeneration) }
+
+    /// The calling process's fork generation alone: an atomic load, no system call. Should
+    /// `pthread_atfork` have failed (out of memory), it never changes, and only the ID tells a
+    /// child from its parent.
+    package static var currentForkGeneration: UInt { UInt(tokentool_fork_generation()) }
+}

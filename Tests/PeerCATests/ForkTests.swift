@@ -1,0 +1,93 @@
+import Crypto
+import Foundation
+@testable import PeerCA
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// State that must stay with the process that made it — presigned nonces, buffered random bytes —
+/// is never used by a child forked from it (without `exec`), even one given its parent's process
+/// ID: it belongs to a fork generation (``ProcessOwner``).
+@Suite("Forked children and the state their parent made")
+struct ForkTests {
+    /// A child's fork generation is its parent's plus one; the parent's does not change.
+    @Test func aForkedChildReadsTheNextForkGeneration() throws {
+        let parent = ProcessOwner.currentForkGeneration
+        let answer = try #require(Self.inForkedChild(count: 8) { out in
+            out.storeBytes(of: UInt64(ProcessOwner.currentForkGeneration), as: UInt64.self)
+        })
+        let child = answer.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        #expect(child == UInt64(parent) + 1)
+        #expect(ProcessOwner.currentForkGeneration == parent)
+    }
+
+    /// A child does not serve the random bytes left in its parent's buffer: without the
+    /// generation it would hand out the very bytes its parent serves next (two certificates, one
+    /// serial).
+    @Test func aForkedChildDrawsOtherRandomBytesThanItsParent() throws {
+        let random = KernelRandom()
+        var first = [UInt8](repeating: 0, count: 16)
+        first.withUnsafeMutableBytes { random.fill($0) }  // the buffer now holds 4,080 unserved bytes
+        let child = try #require(Self.inForkedChild(count: 64) { out in random.fill(out) })
+        var parent = [UInt8](repeating: 0, count: 64)
+        parent.withUnsafeMutableBytes { random.fill($0) }
+        #expect(child != parent)
+        #expect(random.statistics.refills == 1, "the parent kept its buffer")
+    }
+
+    /// A presigner made in another fork generation — a process with this one's ID, as a
+    /// grandchild given a recycled ID would be — never signs from the pairs.
+    @Test func aPresignerOfAnotherForkGenerationNeverUsesItsPairs() throws {
+        let owner = ProcessOwner(id: getpid(), forkGeneration: ProcessOwner.currentForkGeneration + 1)
+        let presigner = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8, owner: owner))
+        #expect(presigner.fill(atLeast: 8, timeout: 120))
+        let digest = SHA256.hash(data: Array("message".utf8))
+        #expect(digest.withUnsafeBytes { presigner.sign(digest: $0) } == nil)
+        #expect(presigner.statistics.used == 0)
+        // The same presigner's owner, this process, does sign.
+        let mine = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8))
+        #expect(digest.withUnsafeBytes { mine.sign(digest: $0) } != nil)
+    }
+
+    /// Runs `child` in a process forked from this one (no `exec`; only the calling thread goes on
+    /// there, so `child` touches nothing another thread could hold) and returns the `count` bytes
+    /// it left in its buffer, or nil when it gave no answer within 20 s (it is then killed).
+    static func inForkedChild(count: Int, _ child: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8]? {
+        let out = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 8)
+        defer { out.deallocate() }
+        var descriptors: [Int32] = [0, 0]
+        guard pipe(&descriptors) == 0 else { return nil }
+        let (reading, writing) = (descriptors[0], descriptors[1])
+        let pid = fork()
+        if pid == 0 {
+            close(reading)
+            child(out)
+            var written = 0
+            while written < count {
+                let wrote = write(writing, out.baseAddress! + written, count - written)
+                if wrote <= 0 { _exit(1) }
+                written += wrote
+            }
+            _exit(0)
+        }
+        close(writing)
+        defer { close(reading) }
+        guard pid > 0 else { return nil }
+        var answer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: count)
+        var waiting = pollfd(fd: reading, events: Int16(POLLIN), revents: 0)
+        while answer.count < count {
+            guard poll(&waiting, 1, 20_000) == 1 else {
+                kill(pid, SIGKILL)
+                break
+            }
+            let got = read(reading, &chunk, count - answer.count)
+            if got <= 0 { break }
+            answer += chunk[0..<got]
+        }
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        return answer.count == count ? answer : nil
+    }
+}
