@@ -185,20 +185,20 @@ public final class PostgresLedger: CertificateLedger, Service {
         for record in batch {
             let entry = record.entry
             let first = bindings.count
-            try bindings.append(entry.serial)
-            try bindings.append(entry.subject)
-            try bindings.append(entry.commonName)
-            try bindings.append(entry.tokenIssuer)
-            try bindings.append(entry.tokenSubject)
-            try bindings.append(entry.tokenID)
-            try bindings.append(entry.keyFingerprint)
-            try bindings.append(entry.notBefore.timeIntervalSince1970)
-            try bindings.append(entry.notAfter.timeIntervalSince1970)
-            try bindings.append(entry.issuedAt.timeIntervalSince1970)
-            try bindings.append(ByteBuffer(bytes: entry.der))
-            try bindings.append(entry.provider)
-            try bindings.append(entry.sessionStart?.timeIntervalSince1970)
-            try bindings.append(entry.renewalOf)
+            bindings.append(entry.serial)
+            bindings.append(entry.subject)
+            bindings.append(entry.commonName)
+            bindings.append(entry.tokenIssuer)
+            bindings.append(entry.tokenSubject)
+            bindings.append(entry.tokenID)
+            bindings.append(entry.keyFingerprint)
+            bindings.append(entry.notBefore.timeIntervalSince1970)
+            bindings.append(entry.notAfter.timeIntervalSince1970)
+            bindings.append(entry.issuedAt.timeIntervalSince1970)
+            bindings.append(ByteBuffer(bytes: entry.der))
+            bindings.append(entry.provider)
+            bindings.append(entry.sessionStart?.timeIntervalSince1970)
+            bindings.append(entry.renewalOf)
             rows.append("(" + (first + 1...first + 14).map { "$\($0)" }.joined(separator: ", ") + ")")
         }
         let certificates = PostgresQuery(
@@ -213,9 +213,9 @@ public final class PostgresLedger: CertificateLedger, Service {
         for record in batch {
             guard let use = record.use else { continue }
             let first = useBindings.count
-            try useBindings.append(use.issuer)
-            try useBindings.append(use.tokenID)
-            try useBindings.append(record.entry.serial)
+            useBindings.append(use.issuer)
+            useBindings.append(use.tokenID)
+            useBindings.append(record.entry.serial)
             useRows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
         }
         let uses = useRows.isEmpty

@@ -1,4 +1,4 @@
-public import Foundation
+package import Foundation
 
 /// Dates as ISO 8601 / RFC 3339 text in UTC, whole seconds (`2026-11-24T23:45:47Z`): the same
 /// text as Foundation's `Date.ISO8601FormatStyle()` with its defaults (fractions of a second

@@ -92,19 +92,15 @@ public enum TokenHTTPServer {
         if let metrics {
             // The ledger's group commit, read at each scrape: certificates per transaction is
             // certificates / commits.
-            let commits = metrics.makeGauge(name: "tokenserver_ledger_commits", help: "Ledger transactions that recorded certificates")
-            let committed = metrics.makeGauge(
-                name: "tokenserver_ledger_committed_certificates", help: "Certificates recorded by those transactions")
-            let largest = metrics.makeGauge(name: "tokenserver_ledger_largest_commit", help: "The most certificates one transaction recorded")
+            let commits = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_commits", unitName: "", helpText: "Ledger transactions that recorded certificates"))
+            let committed = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_committed_certificates", unitName: "", helpText: "Certificates recorded by those transactions"))
+            let largest = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_largest_commit", unitName: "", helpText: "The most certificates one transaction recorded"))
             // The CA's signatures made from a nonce computed beforehand, the batches of nonces
             // signatures computed themselves because none was ready, and the signatures made whole
             // (a P-256 issuing key; none otherwise).
-            let presigned = metrics.makeGauge(
-                name: "tokenserver_ca_presigned_signatures", help: "CA signatures finished from a nonce computed beforehand (by the idle-time thread, or in a batch)")
-            let refills = metrics.makeGauge(
-                name: "tokenserver_ca_presign_refills", help: "Batches of nonces computed by a CA signature that found none ready")
-            let whole = metrics.makeGauge(
-                name: "tokenserver_ca_whole_signatures", help: "CA signatures (P-256 issuing key) made whole: the presigning thread held its lock, or no nonce could be computed")
+            let presigned = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ca_presigned_signatures", unitName: "", helpText: "CA signatures finished from a nonce computed beforehand (by the idle-time thread, or in a batch)"))
+            let refills = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ca_presign_refills", unitName: "", helpText: "Batches of nonces computed by a CA signature that found none ready"))
+            let whole = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ca_whole_signatures", unitName: "", helpText: "CA signatures (P-256 issuing key) made whole: the presigning thread held its lock, or no nonce could be computed"))
             router.get("/metrics") { _, _ -> Response in
                 if let statistics = service.store.commitStatistics {
                     commits.set(Int64(statistics.batches))

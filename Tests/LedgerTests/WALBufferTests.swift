@@ -24,13 +24,13 @@ struct WALBufferTests {
         let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
         #expect(SQLiteLedger.connectionPath(path).hasSuffix("?vfs=tokentool-walbuffer"))
         let ledger = try SQLiteLedger(path: path)
-        let before = try #require(try ledger.writerWALBufferCounters())
+        let before = try #require(ledger.writerWALBufferCounters())
         let entries = (0..<64).map { bigEntry(String(format: "5%03x", $0), size: 3000) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for entry in entries { group.addTask { try await ledger.record(entry, claiming: nil) } }
             try await group.waitForAll()
         }
-        let after = try #require(try ledger.writerWALBufferCounters())
+        let after = try #require(ledger.writerWALBufferCounters())
         let bytes = after.bytes - before.bytes
         let writes = after.writes - before.writes
         // This ledger's writer: at least the 64 DERs went through its buffer…

@@ -19,7 +19,7 @@ struct ExchangeCLITests {
         let state = dir.appendingPathComponent("state").path
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let secret = (state as NSString).appendingPathComponent("idp.secret")
-        FileManager.default.createFile(atPath: secret, contents: Data("exchange-test-secret-0123456789abcdef".utf8), attributes: [.posixPermissions: 0o600])
+        #expect(FileManager.default.createFile(atPath: secret, contents: Data("exchange-test-secret-0123456789abcdef".utf8), attributes: [.posixPermissions: 0o600]))
         let keys = (state as NSString).appendingPathComponent("issuer")
         let configuration = """
             {"state": "\(state)", "listen": {"port": 0},

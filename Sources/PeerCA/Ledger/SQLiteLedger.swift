@@ -219,8 +219,8 @@ public final class SQLiteLedger: CertificateLedger {
 
     /// Bytes and write calls the WAL buffer has made for this ledger's writing connection (nil
     /// when the file is not open through the buffer).
-    package func writerWALBufferCounters() throws -> (bytes: Int64, writes: Int64)? {
-        try pool.writeWithoutTransaction { db in
+    package func writerWALBufferCounters() -> (bytes: Int64, writes: Int64)? {
+        pool.writeWithoutTransaction { db in
             var bytes: Int64 = 0
             var writes: Int64 = 0
             guard let connection = db.sqliteConnection,

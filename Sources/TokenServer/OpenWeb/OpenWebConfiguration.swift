@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 extension ServerConfiguration {
     /// OpenWeb single sign-on (`POST /v1/sso/openweb`): the service vouches for a user whose token
