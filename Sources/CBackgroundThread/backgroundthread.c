@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #ifdef __linux__
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -28,6 +29,60 @@ int tokentool_thread_id(void) {
     return (int)syscall(SYS_gettid);
 #else
     return -1;
+#endif
+}
+
+#ifdef __linux__
+static _Atomic int boost_off = -1;  // -1: not decided yet; 0: on; 1: off (environment, or refused)
+static _Atomic long long boost_count = 0;
+static _Atomic long long boost_refusals = 0;
+#endif
+
+int tokentool_thread_boost_begin(void) {
+#ifdef __linux__
+    int off = boost_off;
+    if (off < 0) {
+        const char *setting = getenv("TOKENTOOL_WRITER_BOOST");
+        off = (setting != NULL && strcmp(setting, "0") == 0) ? 1 : 0;
+        boost_off = off;
+    }
+    if (off) return TOKENTOOL_NO_BOOST;
+    pid_t thread = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)thread);
+    if (nice == -1 && errno != 0) return TOKENTOOL_NO_BOOST;
+    int raised = nice - 10 < -20 ? -20 : nice - 10;
+    if (raised == nice) return TOKENTOOL_NO_BOOST;
+    if (setpriority(PRIO_PROCESS, (id_t)thread, raised) != 0) {
+        if (errno == EPERM || errno == EACCES) {
+            boost_off = 1;
+            boost_refusals += 1;
+        }
+        return TOKENTOOL_NO_BOOST;
+    }
+    boost_count += 1;
+    return nice;
+#else
+    return TOKENTOOL_NO_BOOST;
+#endif
+}
+
+void tokentool_thread_boost_end(int saved) {
+#ifdef __linux__
+    if (saved == TOKENTOOL_NO_BOOST) return;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), saved);
+#else
+    (void)saved;
+#endif
+}
+
+void tokentool_thread_boost_counters(long long *boosted, long long *refused) {
+#ifdef __linux__
+    *boosted = boost_count;
+    *refused = boost_refusals;
+#else
+    *boosted = 0;
+    *refused = 0;
 #endif
 }
 

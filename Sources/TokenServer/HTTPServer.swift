@@ -95,6 +95,11 @@ public enum TokenHTTPServer {
             let commits = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_commits", unitName: "", helpText: "Ledger transactions that recorded certificates"))
             let committed = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_committed_certificates", unitName: "", helpText: "Certificates recorded by those transactions"))
             let largest = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_largest_commit", unitName: "", helpText: "The most certificates one transaction recorded"))
+            // SQLite ledgers' batches written at a raised priority in this process, and whether the
+            // kernel refused to raise it (1: batches are written at the thread's own priority;
+            // CAP_SYS_NICE or an RLIMIT_NICE of 30 allows it).
+            let raised = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_writer_raised_batches", unitName: "", helpText: "SQLite ledger batches written at a raised thread priority"))
+            let refused = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_writer_raise_refused", unitName: "", helpText: "1 when the kernel refused to raise the SQLite ledger writer's priority"))
             // The CA's signatures made from a nonce computed beforehand, the batches of nonces
             // signatures computed themselves because none was ready, and the signatures made whole
             // (a P-256 issuing key; none otherwise).
@@ -107,6 +112,9 @@ public enum TokenHTTPServer {
                     committed.set(Int64(statistics.requests))
                     largest.set(Int64(statistics.largestBatch))
                 }
+                let boost = SQLiteLedger.writerBoostCounters
+                raised.set(boost.boosted)
+                refused.set(boost.refused)
                 if let statistics = service.ca.authority.presigner?.statistics {
                     presigned.set(Int64(statistics.used))
                     refills.set(Int64(statistics.refills))

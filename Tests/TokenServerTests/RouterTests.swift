@@ -260,14 +260,15 @@ struct RouterTests {
         }
     }
 
-    /// /metrics shows the ledger's group commit (transactions and the certificates in them) and
-    /// the CA's signatures made from presigned nonces.
+    /// /metrics shows the ledger's group commit (transactions and the certificates in them), its
+    /// writer's batches at a raised priority, and the CA's signatures made from presigned nonces.
     @Test func metricsShowTheLedgersCommits() async throws {
         let fixture = try await Fixture()
         // Nonces ready for the three certificates: each is signed from one.
         let presigner = try #require(fixture.service.ca.authority.presigner)
         #expect(presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
         let before = presigner.statistics
+        let boostBefore = SQLiteLedger.writerBoostCounters
         let registry = PrometheusCollectorRegistry()
         let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
         try await app.test(.router) { client in
@@ -287,6 +288,12 @@ struct RouterTests {
             #expect(metrics.contains("\ntokenserver_ca_whole_signatures \(before.missed).0\n"))
             // The store was full: no signature had to compute a batch of its own.
             #expect(metrics.contains("\ntokenserver_ca_presign_refills \(before.refills).0\n"))
+            // The SQLite ledger's writer: its batches at a raised priority, where permitted.
+            let boost = SQLiteLedger.writerBoostCounters
+            let raised = metrics.split(separator: "\n").first { $0.hasPrefix("tokenserver_ledger_writer_raised_batches ") }
+            let raisedCount = try #require(raised.flatMap { Double($0.split(separator: " ")[1]) })
+            #expect(metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.refused).0\n") || metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.refused)\n"), "\(metrics)")
+            if boost.refused == 0 { #expect(raisedCount >= Double(boostBefore.boosted + 3)) }
         }
     }
 }

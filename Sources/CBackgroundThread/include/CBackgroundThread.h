@@ -26,6 +26,20 @@ int tokentool_thread_id(void);
 void tokentool_background_enter(void);
 void tokentool_background_leave(void);
 
+// A raised priority for a piece of latency-critical work (PeerCA's ledger writer, during each
+// batch's transaction and flush): the calling thread's nice value lowered by 10 (to at most
+// -20, i.e. more CPU time and earlier wake-ups than the threads that compute certificates), where
+// the process may do so (root, CAP_SYS_NICE, or an RLIMIT_NICE that allows it). Returns the value
+// to hand to tokentool_thread_boost_end, which puts the thread's nice value back, or
+// TOKENTOOL_NO_BOOST when the thread was left as it was: the environment variable
+// TOKENTOOL_WRITER_BOOST is "0", or the kernel refused (then no later call tries again). Linux
+// only (elsewhere setpriority would change the whole process): TOKENTOOL_NO_BOOST.
+#define TOKENTOOL_NO_BOOST 1000
+int tokentool_thread_boost_begin(void);
+void tokentool_thread_boost_end(int saved);
+// Pieces of work run at the raised priority, and refusals (0 or 1), since the process started.
+void tokentool_thread_boost_counters(long long *boosted, long long *refused);
+
 // The process's fork generation: how many fork() calls (without exec) separate this process from
 // the first one that asked. The first call registers a pthread_atfork child handler that adds one
 // in each child; the process that made the first call (and every process it execs) reads the

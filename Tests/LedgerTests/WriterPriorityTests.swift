@@ -1,0 +1,43 @@
+import Foundation
+import PeerCA
+import TestSupport
+import Testing
+
+/// The SQLite ledger writes each batch (its transaction and flush) at a raised priority where the
+/// process may, and puts the writing thread's priority back afterwards.
+@Suite("The ledger writer's priority")
+struct WriterPriorityTests {
+    /// The calling thread's nice value, from `/proc/thread-self/stat` (field 19).
+    private func threadNice() throws -> Int {
+        let stat = try String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8)
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = try #require(stat.lastIndex(of: ")").map { stat[stat.index(after: $0)...] })
+        let fields = rest.split(separator: " ")
+        return try #require(Int(fields[16]))  // field 19 of the whole line
+    }
+
+    @Test func aBatchRunsTenNiceLevelsHigherAndThePriorityIsPutBack() throws {
+        let own = try threadNice()
+        let (inside, counters) = try SQLiteLedger.withRaisedPriority { (try threadNice(), SQLiteLedger.writerBoostCounters) }
+        #expect(try threadNice() == own, "the thread's priority was not put back")
+        if counters.refused == 0 {
+            #expect(inside == max(-20, own - 10))
+        } else {
+            // Not permitted here (no CAP_SYS_NICE, RLIMIT_NICE): the thread was left as it was.
+            #expect(inside == own)
+        }
+    }
+
+    @Test func theLedgersBatchesAreWrittenAtTheRaisedPriority() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        let before = SQLiteLedger.writerBoostCounters
+        for index in 0..<3 { try await ledger.record(entry(String(format: "7%03x", index)), claiming: nil) }
+        let after = SQLiteLedger.writerBoostCounters
+        if after.refused == 0 {
+            #expect(after.boosted >= before.boosted + 3)
+        } else {
+            #expect(after.boosted == before.boosted)
+        }
+    }
+}
