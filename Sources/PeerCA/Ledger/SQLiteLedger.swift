@@ -288,8 +288,10 @@ public final class SQLiteLedger: CertificateLedger {
                 // certificates, and they then wait for its commit. With it, the 2-core issuance
                 // row was ahead in 7 of 7 alternated runs (+0.4% to +19%, median +8%; 2–6 points
                 // busier); the 1-core row, in 10 simultaneous pinned pairs, ahead in 5 (inside
-                // the noise); HTTP ahead in 2 of 3 (tokenbench --issuance-child, same binary with
-                // and without TOKENTOOL_WRITER_BOOST=0).
+                // the noise); HTTP at 32 connections ahead in 3 of 6, its batches 7.7 instead of
+                // 8.8 certificates (the writer comes back sooner; there the pool, not the commit,
+                // is what requests wait for). Same binary with and without
+                // TOKENTOOL_WRITER_BOOST=0.
                 try withRaisedPriority {
                     var results: [Result<Void, PeerCAError>] = []
                     results.reserveCapacity(batch.count)
