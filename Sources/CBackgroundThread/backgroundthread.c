@@ -2,6 +2,7 @@
 #include "CBackgroundThread.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -33,20 +34,21 @@ int tokentool_thread_id(void) {
 }
 
 #ifdef __linux__
-static _Atomic int boost_off = -1;  // -1: not decided yet; 0: on; 1: off (environment, or refused)
+// 0: on; 1: off (TOKENTOOL_WRITER_BOOST=0, read once at load); 2: off (the kernel refused).
+static _Atomic int boost_state = 0;
+static _Atomic long long boost_attempts = 0;
 static _Atomic long long boost_count = 0;
-static _Atomic long long boost_refusals = 0;
+
+__attribute__((constructor)) static void boost_read_environment(void) {
+    const char *setting = getenv("TOKENTOOL_WRITER_BOOST");
+    if (setting != NULL && strcmp(setting, "0") == 0) boost_state = 1;
+}
 #endif
 
 int tokentool_thread_boost_begin(void) {
 #ifdef __linux__
-    int off = boost_off;
-    if (off < 0) {
-        const char *setting = getenv("TOKENTOOL_WRITER_BOOST");
-        off = (setting != NULL && strcmp(setting, "0") == 0) ? 1 : 0;
-        boost_off = off;
-    }
-    if (off) return TOKENTOOL_NO_BOOST;
+    boost_attempts += 1;
+    if (boost_state != 0) return TOKENTOOL_NO_BOOST;
     pid_t thread = (pid_t)syscall(SYS_gettid);
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, (id_t)thread);
@@ -54,10 +56,10 @@ int tokentool_thread_boost_begin(void) {
     int raised = nice - 10 < -20 ? -20 : nice - 10;
     if (raised == nice) return TOKENTOOL_NO_BOOST;
     if (setpriority(PRIO_PROCESS, (id_t)thread, raised) != 0) {
-        if (errno == EPERM || errno == EACCES) {
-            boost_off = 1;
-            boost_refusals += 1;
-        }
+        // EPERM, EACCES (no CAP_SYS_NICE, RLIMIT_NICE too low), or a seccomp filter's ENOSYS:
+        // no later call tries again.
+        int on = 0;
+        atomic_compare_exchange_strong(&boost_state, &on, 2);
         return TOKENTOOL_NO_BOOST;
     }
     boost_count += 1;
@@ -76,13 +78,15 @@ void tokentool_thread_boost_end(int saved) {
 #endif
 }
 
-void tokentool_thread_boost_counters(long long *boosted, long long *refused) {
+void tokentool_thread_boost_counters(long long *attempts, long long *boosted, int *state) {
 #ifdef __linux__
+    *attempts = boost_attempts;
     *boosted = boost_count;
-    *refused = boost_refusals;
+    *state = boost_state;
 #else
+    *attempts = 0;
     *boosted = 0;
-    *refused = 0;
+    *state = 1;
 #endif
 }
 
@@ -121,14 +125,16 @@ void tokentool_background_leave(void) {
 }
 
 static _Atomic unsigned long fork_generation = 0;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static _Atomic int fork_handler_registered = 0;
 
 // Runs in the child right after fork(), in the thread that forked: only an atomic add.
 static void fork_child(void) { fork_generation += 1; }
 
-static void fork_register(void) { pthread_atfork(NULL, NULL, fork_child); }
-
-unsigned long tokentool_fork_generation(void) {
-    pthread_once(&fork_once, fork_register);
-    return fork_generation;
+// At load, while the process has one thread: no registration can be under way at a fork.
+__attribute__((constructor)) static void fork_register(void) {
+    fork_handler_registered = pthread_atfork(NULL, NULL, fork_child) == 0;
 }
+
+unsigned long tokentool_fork_generation(void) { return fork_generation; }
+
+int tokentool_fork_generation_counts_forks(void) { return fork_handler_registered; }

@@ -114,7 +114,7 @@ public enum TokenHTTPServer {
                 }
                 let boost = SQLiteLedger.writerBoostCounters
                 raised.set(boost.boosted)
-                refused.set(boost.refused)
+                refused.set(Int64(boost.state == .refused ? 1 : 0))
                 if let statistics = service.ca.authority.presigner?.statistics {
                     presigned.set(Int64(statistics.used))
                     refills.set(Int64(statistics.refills))

@@ -22,7 +22,12 @@ struct RouterTests {
         init() async throws {
             let state = try temporaryDirectory()
             var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
-            configuration.limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
+            var limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
+            // No route here is about the deadline: 60 s rather than 10, so that a test process whose
+            // cooperative pool is held by other tests' blocking waits (the presigner's `fill`) does
+            // not answer 503 (seen once in a full run: metricsShowTheLedgersCommits, 56 s).
+            limits.requestTimeoutSeconds = 60
+            configuration.limits = limits
             service = try await TokenService.start(configuration: configuration, logger: Logger(label: "router-tests"))
             secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
         }
@@ -292,8 +297,9 @@ struct RouterTests {
             let boost = SQLiteLedger.writerBoostCounters
             let raised = metrics.split(separator: "\n").first { $0.hasPrefix("tokenserver_ledger_writer_raised_batches ") }
             let raisedCount = try #require(raised.flatMap { Double($0.split(separator: " ")[1]) })
-            #expect(metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.refused).0\n") || metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.refused)\n"), "\(metrics)")
-            if boost.refused == 0 { #expect(raisedCount >= Double(boostBefore.boosted + 3)) }
+            #expect(metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.state == .refused ? 1 : 0).0\n"), "\(metrics)")
+            #expect(boost.attempts >= boostBefore.attempts + 3)
+            if boost.state == .on { #expect(raisedCount >= Double(boostBefore.boosted + 3)) }
         }
     }
 }

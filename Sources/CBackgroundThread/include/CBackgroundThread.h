@@ -29,25 +29,30 @@ void tokentool_background_leave(void);
 // A raised priority for a piece of latency-critical work (PeerCA's ledger writer, during each
 // batch's transaction and flush): the calling thread's nice value lowered by 10 (to at most
 // -20, i.e. more CPU time and earlier wake-ups than the threads that compute certificates), where
-// the process may do so (root, CAP_SYS_NICE, or an RLIMIT_NICE that allows it). Returns the value
-// to hand to tokentool_thread_boost_end, which puts the thread's nice value back, or
-// TOKENTOOL_NO_BOOST when the thread was left as it was: the environment variable
-// TOKENTOOL_WRITER_BOOST is "0", or the kernel refused (then no later call tries again). Linux
-// only (elsewhere setpriority would change the whole process): TOKENTOOL_NO_BOOST.
+// the process may do so (root, CAP_SYS_NICE, or an RLIMIT_NICE of at least 30 for a thread at
+// nice 0). Returns the value to hand to tokentool_thread_boost_end, which puts the thread's nice
+// value back, or TOKENTOOL_NO_BOOST when the thread was left as it was: the environment variable
+// TOKENTOOL_WRITER_BOOST was "0" when the process started, or the kernel refused (then no later
+// call tries again). A thread created while its creator is raised inherits the raised value: the
+// work between begin and end must not start threads. Linux only (elsewhere setpriority would
+// change the whole process): TOKENTOOL_NO_BOOST.
 #define TOKENTOOL_NO_BOOST 1000
 int tokentool_thread_boost_begin(void);
 void tokentool_thread_boost_end(int saved);
-// Pieces of work run at the raised priority, and refusals (0 or 1), since the process started.
-void tokentool_thread_boost_counters(long long *boosted, long long *refused);
+// Calls to tokentool_thread_boost_begin and those that raised the priority, since the process
+// started, and the state: 0 on, 1 off by the environment, 2 off because the kernel refused.
+void tokentool_thread_boost_counters(long long *attempts, long long *boosted, int *state);
 
 // The process's fork generation: how many fork() calls (without exec) separate this process from
-// the first one that asked. The first call registers a pthread_atfork child handler that adds one
-// in each child; the process that made the first call (and every process it execs) reads the
-// value it read before. Unlike the process ID, which the kernel recycles, a forked child never
-// reads its parent's value: state that must stay with the process that made it (presigned
-// nonces, buffered random bytes) records the generation and checks it before each use. Should
-// pthread_atfork fail (out of memory), the value never changes: such state keeps a process-ID
-// check beside it.
+// the one that loaded this library. A pthread_atfork child handler, registered when the library
+// is loaded, adds one in each child. Unlike the process ID, which the kernel recycles, a child made
+// by fork() never reads its parent's value: state that must stay with the process that made it
+// (presigned nonces, buffered random bytes) records the generation and the process ID and checks
+// both before each use. A child made without the atfork handlers (glibc's _Fork, a raw clone)
+// reads its parent's generation but has its own process ID.
 unsigned long tokentool_fork_generation(void);
+// 1 when the handler was registered (0: pthread_atfork failed; only the process ID then tells a
+// child from its parent).
+int tokentool_fork_generation_counts_forks(void);
 
 #endif

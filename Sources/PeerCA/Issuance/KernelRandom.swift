@@ -15,9 +15,10 @@ import Synchronization
 /// opened for each refill, so no descriptor is kept that other code could close. The bytes are
 /// the kernel's own output, kept in this process's memory until used (as OpenSSL and BoringSSL
 /// keep their generators' state). A child made by `fork` (without `exec`) would otherwise hand out
-/// the same bytes as its parent: the buffer belongs to a fork generation (``ProcessOwner``), and a
-/// process of another one drops what is left and reads afresh. When the file cannot be read, the
-/// standard library's generator fills the request instead.
+/// the same bytes as its parent: the buffer belongs to the process that made this object (its ID
+/// and fork generation, ``ProcessOwner``), and another process is served by the standard
+/// library's generator without touching the buffer or its lock (which a parent's thread may have
+/// held at the fork). When the file cannot be read, that generator fills the request too.
 package final class KernelRandom: Sendable {
     package static let shared = KernelRandom()
 
@@ -31,27 +32,25 @@ package final class KernelRandom: Sendable {
         var buffer = [UInt8](repeating: 0, count: 4096)
         /// The next unused byte of `buffer` (`buffer.count`: none left).
         var next = 4096
-        /// The fork generation whose process read the buffer.
-        var generation = ProcessOwner.currentForkGeneration
         var statistics = Statistics()
     }
     private let state = Mutex(State())
+    /// The process whose buffer this is.
+    private let owner = ProcessOwner.current
 
     package var statistics: Statistics { state.withLock { $0.statistics } }
 
     /// Fills `out` with random bytes.
     package func fill(_ out: UnsafeMutableRawBufferPointer) {
+        guard ProcessOwner.current == owner else {
+            // A forked child: its parent may serve the buffered bytes too.
+            Self.fallback(out)
+            return
+        }
         let served = state.withLock { state -> Bool in
             guard out.count <= 512 else {
                 state.statistics.fallbacks += 1
                 return false
-            }
-            let generation = ProcessOwner.currentForkGeneration
-            if state.generation != generation {
-                // A forked child: its parent may serve these bytes too.
-                for index in state.next..<state.buffer.count { state.buffer[index] = 0 }
-                state.next = state.buffer.count
-                state.generation = generation
             }
             if state.buffer.count - state.next < out.count {
                 guard Self.refill(&state) else {

@@ -11,8 +11,10 @@ import Darwin
 /// (``P256Presigner``), buffered random bytes (``KernelRandom``). Used in both processes, one nonce
 /// would sign two messages and give the key away. The process ID alone does not tell them apart
 /// for sure: a grandchild forked from a child can be given its grandparent's recycled ID. The fork
-/// generation can: a `pthread_atfork` handler adds one to it in every child
-/// (`tokentool_fork_generation`), so no forked process reads the value its parent recorded.
+/// generation does, for children of `fork()`: a `pthread_atfork` handler, registered when the
+/// library is loaded, adds one to it in every child (`tokentool_fork_generation`). A child made
+/// without the handlers (glibc's `_Fork`, a raw `clone`) keeps its parent's generation but has
+/// its own ID; both are compared.
 package struct ProcessOwner: Sendable, Equatable {
     package let id: Int32
     package let forkGeneration: UInt
@@ -26,7 +28,7 @@ package struct ProcessOwner: Sendable, Equatable {
     package static var current: ProcessOwner { ProcessOwner(id: getpid(), forkGeneration: currentForkGeneration) }
 
     /// The calling process's fork generation alone: an atomic load, no system call. Should
-    /// `pthread_atfork` have failed (out of memory), it never changes, and only the ID tells a
-    /// child from its parent.
+    /// `pthread_atfork` have failed at load (out of memory), it never changes, and only the ID
+    /// tells a child from its parent.
     package static var currentForkGeneration: UInt { UInt(tokentool_fork_generation()) }
 }

@@ -239,13 +239,23 @@ public final class SQLiteLedger: CertificateLedger {
         return try body()
     }
 
-    /// Batches written at a raised priority in this process, and whether the kernel refused it
+    /// In this process: batches that asked for the raised priority, those written at it, and
+    /// whether it is on, off by `TOKENTOOL_WRITER_BOOST=0`, or off because the kernel refused it
     /// (then every batch is written at the thread's own priority).
-    package static var writerBoostCounters: (boosted: Int64, refused: Int64) {
+    package static var writerBoostCounters: WriterBoost {
+        var attempts: Int64 = 0
         var boosted: Int64 = 0
-        var refused: Int64 = 0
-        tokentool_thread_boost_counters(&boosted, &refused)
-        return (boosted, refused)
+        var state: Int32 = 0
+        tokentool_thread_boost_counters(&attempts, &boosted, &state)
+        return WriterBoost(attempts: attempts, boosted: boosted, state: state == 0 ? .on : state == 1 ? .offByEnvironment : .refused)
+    }
+
+    /// What ``writerBoostCounters`` reads.
+    package struct WriterBoost: Sendable {
+        package enum State: Sendable { case on, offByEnvironment, refused }
+        package var attempts: Int64
+        package var boosted: Int64
+        package var state: State
     }
 
     /// Bytes and `pwrite` calls the WAL buffer has written in this process.
