@@ -49,13 +49,13 @@ int tokentool_thread_boost_begin(void) {
 #ifdef __linux__
     boost_attempts += 1;
     if (boost_state != 0) return TOKENTOOL_NO_BOOST;
-    pid_t thread = (pid_t)syscall(SYS_gettid);
+    id_t thread = (id_t)tokentool_thread_id();
     errno = 0;
-    int nice = getpriority(PRIO_PROCESS, (id_t)thread);
+    int nice = getpriority(PRIO_PROCESS, thread);
     if (nice == -1 && errno != 0) return TOKENTOOL_NO_BOOST;
     int raised = nice - 10 < -20 ? -20 : nice - 10;
     if (raised == nice) return TOKENTOOL_NO_BOOST;
-    if (setpriority(PRIO_PROCESS, (id_t)thread, raised) != 0) {
+    if (setpriority(PRIO_PROCESS, thread, raised) != 0) {
         // EPERM, EACCES (no CAP_SYS_NICE, RLIMIT_NICE too low), or a seccomp filter's ENOSYS:
         // no later call tries again.
         int on = 0;
@@ -72,7 +72,7 @@ int tokentool_thread_boost_begin(void) {
 void tokentool_thread_boost_end(int saved) {
 #ifdef __linux__
     if (saved == TOKENTOOL_NO_BOOST) return;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), saved);
+    setpriority(PRIO_PROCESS, (id_t)tokentool_thread_id(), saved);
 #else
     (void)saved;
 #endif
@@ -125,16 +125,13 @@ void tokentool_background_leave(void) {
 }
 
 static _Atomic unsigned long fork_generation = 0;
-static _Atomic int fork_handler_registered = 0;
 
 // Runs in the child right after fork(), in the thread that forked: only an atomic add.
 static void fork_child(void) { fork_generation += 1; }
 
 // At load, while the process has one thread: no registration can be under way at a fork.
-__attribute__((constructor)) static void fork_register(void) {
-    fork_handler_registered = pthread_atfork(NULL, NULL, fork_child) == 0;
-}
+// Should it fail (out of memory), the generation never changes and the process ID, which every
+// owner check compares too, is what tells a child from its parent.
+__attribute__((constructor)) static void fork_register(void) { pthread_atfork(NULL, NULL, fork_child); }
 
 unsigned long tokentool_fork_generation(void) { return fork_generation; }
-
-int tokentool_fork_generation_counts_forks(void) { return fork_handler_registered; }

@@ -51,8 +51,5 @@ void tokentool_thread_boost_counters(long long *attempts, long long *boosted, in
 // both before each use. A child made without the atfork handlers (glibc's _Fork, a raw clone)
 // reads its parent's generation but has its own process ID.
 unsigned long tokentool_fork_generation(void);
-// 1 when the handler was registered (0: pthread_atfork failed; only the process ID then tells a
-// child from its parent).
-int tokentool_fork_generation_counts_forks(void);
 
 #endif
