@@ -231,8 +231,16 @@ public final class SQLiteLedger: CertificateLedger {
         }
     }
 
-    /// Runs `body` on the calling thread at a raised priority, where the process may (see
-    /// ``write(_:to:)``), and puts the thread's priority back after it.
+    /// Runs `body` on the calling thread at a raised priority, where the process may
+    /// (CBackgroundThread; `TOKENTOOL_WRITER_BOOST=0` turns it off), and puts the thread's
+    /// priority back after it. ``write(_:to:)`` runs each batch's transaction and flush so: on two
+    /// busy cores the writer otherwise waits for a CPU behind the threads that compute
+    /// certificates, and they then wait for its commit. With it, the 2-core issuance row was ahead
+    /// in 7 of 7 alternated runs (+0.4% to +19%, median +8%; 2–6 points busier); the 1-core row, in
+    /// 10 simultaneous pinned pairs, ahead in 5 (inside the noise); HTTP at 32 connections ahead in
+    /// 3 of 6, its batches 7.7 instead of 8.8 certificates (the writer comes back sooner; there the
+    /// pool, not the commit, is what requests wait for). Same binary with and without
+    /// `TOKENTOOL_WRITER_BOOST=0`.
     package static func withRaisedPriority<T>(_ body: () throws -> T) rethrows -> T {
         let saved = tokentool_thread_boost_begin()
         defer { tokentool_thread_boost_end(saved) }
@@ -288,45 +296,37 @@ public final class SQLiteLedger: CertificateLedger {
     /// DO NOTHING` and a record whose insert changed no row is answered as a duplicate (its
     /// certificate row removed again when its token use was the duplicate). No savepoint per
     /// record: those were three more statements for every certificate, for a conflict that
-    /// almost never happens.
+    /// almost never happens. The writer's thread runs it at a raised priority
+    /// (``withRaisedPriority(_:)``).
     static func write(_ batch: [LedgerRecord], to pool: DatabasePool) async -> [Result<Void, PeerCAError>] {
         do {
-            return try await pool.writeWithoutTransaction { db in
-                // The batch's transaction and flush at a raised priority where the process may
-                // (CBackgroundThread; TOKENTOOL_WRITER_BOOST=0 turns it off): on two busy cores
-                // the writer otherwise waits for a CPU behind the threads that compute
-                // certificates, and they then wait for its commit. With it, the 2-core issuance
-                // row was ahead in 7 of 7 alternated runs (+0.4% to +19%, median +8%; 2–6 points
-                // busier); the 1-core row, in 10 simultaneous pinned pairs, ahead in 5 (inside
-                // the noise); HTTP at 32 connections ahead in 3 of 6, its batches 7.7 instead of
-                // 8.8 certificates (the writer comes back sooner; there the pool, not the commit,
-                // is what requests wait for). Same binary with and without
-                // TOKENTOOL_WRITER_BOOST=0.
-                try withRaisedPriority {
-                    var results: [Result<Void, PeerCAError>] = []
-                    results.reserveCapacity(batch.count)
-                    try db.inTransaction(.immediate) {
-                        // Cached statements: parsed once per connection, looked up once per batch.
-                        let insertCertificate = try db.cachedStatement(
-                            sql: """
-                                INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                                    not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-                                """)
-                        // SQLite's copies of the last record's values (its DER) are not kept past the batch.
-                        defer { sqlite3_clear_bindings(insertCertificate.sqliteStatement) }
-                        for record in batch {
-                            results.append(try insert(record, into: db, with: insertCertificate))
-                        }
-                        return .commit
-                    }
-                    return results
-                }
-            }
+            return try await pool.writeWithoutTransaction { db in try withRaisedPriority { try insert(batch, into: db) } }
         } catch {
             let failure = PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
             return batch.map { _ in .failure(failure) }
         }
+    }
+
+    /// The batch's transaction: each record's outcome, committed together.
+    private static func insert(_ batch: [LedgerRecord], into db: Database) throws -> [Result<Void, PeerCAError>] {
+        var results: [Result<Void, PeerCAError>] = []
+        results.reserveCapacity(batch.count)
+        try db.inTransaction(.immediate) {
+            // Cached statements: parsed once per connection, looked up once per batch.
+            let insertCertificate = try db.cachedStatement(
+                sql: """
+                    INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                        not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+                    """)
+            // SQLite's copies of the last record's values (its DER) are not kept past the batch.
+            defer { sqlite3_clear_bindings(insertCertificate.sqliteStatement) }
+            for record in batch {
+                results.append(try insert(record, into: db, with: insertCertificate))
+            }
+            return .commit
+        }
+        return results
     }
 
     private static func insert(_ record: LedgerRecord, into db: Database, with insertCertificate: Statement) throws -> Result<Void, PeerCAError> {
