@@ -7,14 +7,7 @@ import Testing
 /// process may, and puts the writing thread's priority back afterwards.
 @Suite("The ledger writer's priority", .enabled(if: FileManager.default.fileExists(atPath: "/proc/thread-self/stat")))
 struct WriterPriorityTests {
-    /// The calling thread's nice value, from `/proc/thread-self/stat` (field 19).
-    private func threadNice() throws -> Int {
-        let stat = try String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8)
-        // Fields after the command name, which is in parentheses and may hold spaces.
-        let rest = try #require(stat.lastIndex(of: ")").map { stat[stat.index(after: $0)...] })
-        let fields = rest.split(separator: " ")
-        return try #require(Int(fields[16]))  // field 19 of the whole line
-    }
+    private func threadNice() throws -> Int { try threadScheduling().nice }
 
     @Test func aBatchRunsTenNiceLevelsHigherAndThePriorityIsPutBack() throws {
         let own = try threadNice()

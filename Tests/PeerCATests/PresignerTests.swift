@@ -97,23 +97,13 @@ struct PresignerTests {
         #expect(try #require(presigner).fill(atLeast: 8, timeout: 120))
         #expect(running())
         // It runs in Linux's SCHED_IDLE class (policy 5), or at nice 19 where that is refused.
-        let scheduling = try Self.scheduling(ofThread: try #require(presigner?.threadID))
+        let scheduling = try threadScheduling(ofThread: try #require(presigner?.threadID))
         #expect(scheduling.policy == 5 || (scheduling.policy == 0 && scheduling.nice == 19), "\(scheduling)")
         presigner = nil
         let deadline = Date().addingTimeInterval(60)
         while running(), Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(!running())
         _ = presigner
-    }
-
-    /// A thread's scheduling policy and nice value: the 41st and 19th fields of its /proc stat line.
-    static func scheduling(ofThread tid: Int32) throws -> (policy: Int, nice: Int) {
-        let stat = try String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8)
-        let afterName = try #require(stat.range(of: ") ", options: .backwards))
-        // Fields from the 3rd (state) on, after the parenthesised name.
-        let fields = stat[afterName.upperBound...].split(separator: " ")
-        try #require(fields.count > 38)
-        return (try #require(Int(fields[38])), try #require(Int(fields[16])))
     }
 
     /// The CA's leaves are signed from presigned nonces once some are ready, and `openssl verify`

@@ -83,3 +83,15 @@ extension Process {
         return true
     }
 }
+
+/// A thread's scheduling policy and nice value, the 41st and 19th fields of its /proc stat line:
+/// the thread `tid` of this process, or the calling thread when nil (`/proc/thread-self`).
+public func threadScheduling(ofThread tid: Int32? = nil) throws -> (policy: Int, nice: Int) {
+    let path = tid.map { "/proc/self/task/\($0)/stat" } ?? "/proc/thread-self/stat"
+    let stat = try String(contentsOfFile: path, encoding: .utf8)
+    // Fields from the 3rd (state) on, after the parenthesised name (which may hold spaces).
+    guard let afterName = stat.range(of: ") ", options: .backwards) else { throw TestFailure("no name in \(path): \(stat)") }
+    let fields = stat[afterName.upperBound...].split(separator: " ")
+    guard fields.count > 38, let policy = Int(fields[38]), let nice = Int(fields[16]) else { throw TestFailure("unreadable \(path): \(stat)") }
+    return (policy, nice)
+}
