@@ -102,7 +102,7 @@ enum IssuanceStages {
             var passes: [Double] = []
             let deadline = nowNanoseconds() + UInt64(seconds * Double(reps) * 1e9)
             while nowNanoseconds() < deadline || passes.count < 5 {
-                guard presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 10) else { throw BenchError("the presigner did not fill in 10 s") }
+                guard await presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 10) else { throw BenchError("the presigner did not fill in 10 s") }
                 let t0 = nowNanoseconds()
                 let pass = P256Presigner.defaultCapacity / 4
                 for i in 0..<pass {

@@ -42,8 +42,8 @@ struct ForkTests {
     @Test func aPresignerOfAnotherForkGenerationNeverUsesItsPairs() throws {
         let owner = ProcessOwner(id: getpid(), forkGeneration: ProcessOwner.currentForkGeneration + 1)
         let presigner = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8, owner: owner))
-        // No fill (it blocks a thread of the test process's pool): with the store empty, a
-        // signature of the owner's process would compute a batch and sign from it.
+        // No fill needed: with the store empty, a signature of the owner's process would compute
+        // a batch and sign from it.
         let digest = SHA256.hash(data: Array("message".utf8))
         #expect(digest.withUnsafeBytes { presigner.sign(digest: $0) } == nil)
         #expect(presigner.statistics.used == 0)

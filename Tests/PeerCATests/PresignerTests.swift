@@ -10,13 +10,13 @@ import X509
 struct PresignerTests {
     /// Every signature made from a presigned nonce verifies under the key (swift-crypto's
     /// BoringSSL), uses its own nonce (no two r alike), and fails for another message.
-    @Test func presignedSignaturesVerifyAndNeverShareANonce() throws {
+    @Test func presignedSignaturesVerifyAndNeverShareANonce() async throws {
         let key = P256.Signing.PrivateKey()
         let presigner = try #require(P256Presigner(privateKey: Array(key.rawRepresentation), capacity: 64))
         var rs = Set<[UInt8]>()
         var signed = 0
         for round in 0..<3 {
-            #expect(presigner.fill(atLeast: 64, timeout: 120), "round \(round): the presigner did not fill: \(presigner.statistics)")
+            #expect(await presigner.fill(atLeast: 64, timeout: 120), "round \(round): the presigner did not fill: \(presigner.statistics)")
             for i in 0..<64 {
                 let message = Array("message \(round)-\(i)".utf8)
                 let digest = SHA256.hash(data: message)
@@ -74,9 +74,9 @@ struct PresignerTests {
 
     /// Pairs made in one process are never used in another (a child forked without exec has a
     /// copy of the store; both signing with one k would give the key away).
-    @Test func aForkedChildNeverUsesItsParentsPairs() throws {
+    @Test func aForkedChildNeverUsesItsParentsPairs() async throws {
         let presigner = try #require(P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8, owner: ProcessOwner(id: getpid() + 1, forkGeneration: ProcessOwner.currentForkGeneration)))
-        #expect(presigner.fill(atLeast: 8, timeout: 120))
+        #expect(await presigner.fill(atLeast: 8, timeout: 120))
         let digest = SHA256.hash(data: Array("message".utf8))
         #expect(digest.withUnsafeBytes { presigner.sign(digest: $0) } == nil)
         #expect(presigner.statistics.used == 0)
@@ -94,7 +94,7 @@ struct PresignerTests {
         var presigner = P256Presigner(privateKey: Array(P256.Signing.PrivateKey().rawRepresentation), capacity: 8)
         let running = try #require(presigner?.threadRunning)
         #expect(!running())
-        #expect(try #require(presigner).fill(atLeast: 8, timeout: 120))
+        #expect(await (try #require(presigner)).fill(atLeast: 8, timeout: 120))
         #expect(running())
         // It runs in Linux's SCHED_IDLE class (policy 5), or at nice 19 where that is refused.
         let scheduling = try threadScheduling(ofThread: try #require(presigner?.threadID))
@@ -112,7 +112,7 @@ struct PresignerTests {
         let openssl = try OpenSSL()
         let test = try TestCA()
         let presigner = try #require(test.material.authority.presigner)
-        #expect(presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
+        #expect(await presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
         let before = presigner.statistics.used
         let now = Date().timeIntervalSince1970.rounded(.down)
         let csr = Array(try DeviceCSR.make(key: .init(P256.Signing.PrivateKey())).utf8)

@@ -22,12 +22,7 @@ struct RouterTests {
         init() async throws {
             let state = try temporaryDirectory()
             var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
-            var limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
-            // No route here is about the deadline: 60 s rather than 10, so that a test process whose
-            // cooperative pool is held by other tests' blocking waits (the presigner's `fill`) does
-            // not answer 503 (seen once in a full run: metricsShowTheLedgersCommits, 56 s).
-            limits.requestTimeoutSeconds = 60
-            configuration.limits = limits
+            configuration.limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
             service = try await TokenService.start(configuration: configuration, logger: Logger(label: "router-tests"))
             secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
         }
@@ -271,7 +266,7 @@ struct RouterTests {
         let fixture = try await Fixture()
         // Nonces ready for the three certificates: each is signed from one.
         let presigner = try #require(fixture.service.ca.authority.presigner)
-        #expect(presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
+        #expect(await presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
         let before = presigner.statistics
         let boostBefore = SQLiteLedger.writerBoostCounters
         let registry = PrometheusCollectorRegistry()

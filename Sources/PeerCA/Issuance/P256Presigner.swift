@@ -145,9 +145,11 @@ package final class P256Presigner: Sendable {
     /// fewer than `capacity` pairs ready), and waits until at least `count` pairs are ready — for
     /// `count` ≥ `capacity`, until the thread has gone to sleep on a full store, so it does not
     /// hold the lock when the caller signs next — or `timeout` seconds have passed (tests,
-    /// tokenbench).
+    /// tokenbench). It waits by suspending, not by blocking its thread: a thread of Swift's
+    /// cooperative pool blocked here (for as long as the idle-class thread gets no CPU) was one
+    /// the process's other work lacked.
     @discardableResult
-    package func fill(atLeast count: Int, timeout: Double) -> Bool {
+    package func fill(atLeast count: Int, timeout: Double) async -> Bool {
         let (start, wake) = shared.state.withLock { state in (state.claimStart(), state.wake(if: state.ready.count < shared.capacity)) }
         shared.kick(start: start, wake: wake)
         let target = min(count, shared.capacity)
@@ -155,7 +157,7 @@ package final class P256Presigner: Sendable {
         while Date() < deadline {
             let done = shared.state.withLock { state in state.ready.count >= target && (target < shared.capacity || state.sleeping) }
             if done { return true }
-            usleep(1_000)
+            try? await Task.sleep(for: .milliseconds(1))
         }
         return false
     }
