@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #endif
@@ -135,3 +136,35 @@ static void fork_child(void) { fork_generation += 1; }
 __attribute__((constructor)) static void fork_register(void) { pthread_atfork(NULL, NULL, fork_child); }
 
 unsigned long tokentool_fork_generation(void) { return fork_generation; }
+
+// The process ID, cached in a page of its own marked MADV_WIPEONFORK: the kernel gives every
+// child made from this process's memory (fork, _Fork, clone without CLONE_VM) that page zeroed,
+// so a child finds no cached ID and asks the kernel for its own. NULL where the page could not be
+// made or marked (then every call asks the kernel).
+static _Atomic(int) *pid_cache = NULL;
+
+__attribute__((constructor)) static void pid_cache_create(void) {
+#if defined(__linux__) && defined(MADV_WIPEONFORK)
+    long size = sysconf(_SC_PAGESIZE);
+    if (size <= 0) return;
+    void *page = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) return;
+    if (madvise(page, (size_t)size, MADV_WIPEONFORK) != 0) {
+        munmap(page, (size_t)size);
+        return;
+    }
+    pid_cache = (_Atomic(int) *)page;
+#endif
+}
+
+int tokentool_process_id(void) {
+    _Atomic(int) *cache = pid_cache;
+    if (cache == NULL) return (int)getpid();
+    int pid = atomic_load_explicit(cache, memory_order_relaxed);
+    if (pid != 0) return pid;
+    pid = (int)getpid();
+    atomic_store_explicit(cache, pid, memory_order_relaxed);
+    return pid;
+}
+
+int tokentool_process_id_is_cached(void) { return pid_cache != NULL; }

@@ -23,6 +23,33 @@ struct ForkTests {
         #expect(ProcessOwner.currentForkGeneration == parent)
     }
 
+    /// A child reads its own process ID, not the one its parent cached: with `fork`, and with
+    /// glibc's `_Fork`, which runs no `pthread_atfork` handler (the cache's page is zeroed by the
+    /// kernel in every child, `MADV_WIPEONFORK`).
+    @Test(arguments: ["fork", "_Fork"])
+    func aChildReadsItsOwnProcessID(_ forker: String) throws {
+        #expect(ProcessOwner.idIsCached)
+        let parent = ProcessOwner.current.id  // cached now, if it was not already
+        #expect(parent == getpid())
+        let start: () -> pid_t
+        if forker == "fork" {
+            start = { fork() }
+        } else {
+            // _Fork is glibc 2.34's, not in the headers Swift imports (nil: RTLD_DEFAULT).
+            let symbol = try #require(dlsym(nil, "_Fork"))
+            let call = unsafeBitCast(symbol, to: (@convention(c) () -> pid_t).self)
+            start = { call() }
+        }
+        let answer = try #require(Self.inForkedChild(count: 8, start: start) { out in
+            out.storeBytes(of: Int32(ProcessOwner.current.id), as: Int32.self)
+            out.storeBytes(of: Int32(getpid()), toByteOffset: 4, as: Int32.self)
+        })
+        let (childSays, childIs) = answer.withUnsafeBytes { ($0.loadUnaligned(as: Int32.self), $0.loadUnaligned(fromByteOffset: 4, as: Int32.self)) }
+        #expect(childSays == childIs)
+        #expect(childSays != parent)
+        #expect(ProcessOwner.current.id == getpid())
+    }
+
     /// A child does not serve the random bytes left in its parent's buffer: without the
     /// generation it would hand out the very bytes its parent serves next (two certificates, one
     /// serial).
@@ -52,10 +79,10 @@ struct ForkTests {
         #expect(digest.withUnsafeBytes { mine.sign(digest: $0) } != nil)
     }
 
-    /// Runs `child` in a process forked from this one (no `exec`; only the calling thread goes on
+    /// Runs `child` in a process forked from this one (by `start`: `fork` unless told; no `exec`; only the calling thread goes on
     /// there, so `child` touches nothing another thread could hold) and returns the `count` bytes
     /// it left in its buffer, or nil when it gave no answer within 20 s (it is then killed).
-    static func inForkedChild(count: Int, _ child: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8]? {
+    static func inForkedChild(count: Int, start: () -> pid_t = { fork() }, _ child: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8]? {
         let out = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 8)
         defer { out.deallocate() }
         var descriptors: [Int32] = [0, 0]
@@ -65,7 +92,7 @@ struct ForkTests {
         // pipe open.
         _ = fcntl(reading, F_SETFD, FD_CLOEXEC)
         _ = fcntl(writing, F_SETFD, FD_CLOEXEC)
-        let pid = fork()
+        let pid = start()
         if pid == 0 {
             close(reading)
             child(out)

@@ -52,4 +52,12 @@ void tokentool_thread_boost_counters(long long *attempts, long long *boosted, in
 // reads its parent's generation but has its own process ID.
 unsigned long tokentool_fork_generation(void);
 
+// The calling process's ID (getpid) without a system call after the first: cached in a page the
+// kernel zeroes in every child made from this process's memory (MADV_WIPEONFORK, Linux 4.14 and
+// later; fork, glibc's _Fork and a raw clone alike), so a child reads its own ID, never its
+// parent's. Where the page cannot be made, every call is a getpid.
+// tokentool_process_id_is_cached: 1 when the cache is in use, 0 otherwise.
+int tokentool_process_id(void);
+int tokentool_process_id_is_cached(void);
+
 #endif
