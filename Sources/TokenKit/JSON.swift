@@ -62,6 +62,68 @@ public enum JSONValue: Sendable, Hashable {
     }
 }
 
+/// A JSON object written member by member, straight to compact UTF-8, for replies on a hot path.
+///
+/// Give the members sorted by name (byte order, as `String`'s `<` compares ASCII names): the bytes
+/// are then exactly ``JSONValue/compactBytes`` of the same members as a ``JSONValue/object(_:)``,
+/// without building the dictionary, hashing its names and sorting them first. Debug builds check
+/// the order and that no name repeats.
+///
+/// ```swift
+/// var reply = JSONObjectWriter()
+/// reply.add("serial", string: "01ab")
+/// reply.add("valid", .bool(true))
+/// let body = reply.finished()  // {"serial":"01ab","valid":true}
+/// ```
+public struct JSONObjectWriter: Sendable {
+    private var bytes: [UInt8]
+    private var empty = true
+    #if DEBUG
+    private var lastName: String?
+    #endif
+
+    /// An empty object; `capacity`: the bytes to reserve for the whole text.
+    public init(capacity: Int = 256) {
+        bytes = []
+        bytes.reserveCapacity(max(capacity, 2))
+        bytes.append(0x7b)
+    }
+
+    /// Adds a member whose value is a string.
+    public mutating func add(_ name: String, string value: String) {
+        self.name(name)
+        JSONWriter.writeString(value, into: &bytes)
+    }
+
+    /// Adds a member with any JSON value (objects in it are written with their members sorted).
+    public mutating func add(_ name: String, _ value: JSONValue) {
+        self.name(name)
+        JSONWriter.write(value, into: &bytes, indent: nil, level: 0)
+    }
+
+    /// Adds a member whose value is the object `object` holds (its text as ``finished()`` gives it).
+    public mutating func add(_ name: String, object: consuming JSONObjectWriter) {
+        self.name(name)
+        bytes.append(contentsOf: object.finished())
+    }
+
+    /// The object's text: `{`, the members, `}`.
+    public consuming func finished() -> [UInt8] {
+        bytes.append(0x7d)
+        return bytes
+    }
+
+    private mutating func name(_ name: String) {
+        #if DEBUG
+        if let lastName { assert(lastName < name, "JSONObjectWriter: \"\(name)\" after \"\(lastName)\" (members must come sorted by name)") }
+        lastName = name
+        #endif
+        if empty { empty = false } else { bytes.append(0x2c) }
+        JSONWriter.writeString(name, into: &bytes)
+        bytes.append(0x3a)
+    }
+}
+
 /// What the writer and the parser both look for in a JSON string's bytes.
 enum JSONText {
     /// The index of the first byte at or after `start` that a JSON string cannot hold as it is — a

@@ -246,7 +246,7 @@ public final class TokenService: Sendable {
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
             counters.counter("tokenserver_certificates_issued_total", [("provider", request.providerName)]).increment()
-            return .json(200, Self.certificateReply(issued))
+            return ServiceResponse(status: 200, contentType: "application/json", body: issued.replyJSON())
         } catch {
             let status: Int
             switch error.code {
@@ -258,22 +258,6 @@ public final class TokenService: Sendable {
             }
             return .error(status, error.code.rawValue, error.message)
         }
-    }
-
-    /// A certificate reply: the chain, serial, validity, SPIFFE ID, identity, and `renewAfter` —
-    /// when the device should renew (two thirds into the validity; the server side of
-    /// `authenticationExpiringSoon`).
-    static func certificateReply(_ issued: IssuedCertificate, renewalOf: String? = nil) -> JSONValue {
-        // ISO8601Text: the format style's text, without its cost (≈ 0.4 µs a date, six a reply).
-        let start = max(issued.notBefore, Date())
-        let renewAfter = start.addingTimeInterval(issued.notAfter.timeIntervalSince(start) * 2 / 3)
-        var object: [String: JSONValue] = [
-            "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
-            "notAfter": .string(ISO8601Text.string(issued.notAfter)), "renewAfter": .string(ISO8601Text.string(renewAfter)),
-            "spiffeID": .string(issued.identity.spiffeID), "identity": issued.identity.jsonValue,
-        ]
-        if let renewalOf { object["renewalOf"] = .string(renewalOf) }
-        return .object(object)
     }
 
     /// Renewal (`POST /v1/certificates/renew`, `{csr, validitySeconds?}`), authenticated by mutual
@@ -309,7 +293,7 @@ public final class TokenService: Sendable {
                 return .error(401, "session_ended", "the account's sessions were ended; sign in again")
             }
             counters.counter("tokenserver_certificates_renewed_total").increment()
-            return .json(200, Self.certificateReply(issued, renewalOf: previous.serial))
+            return ServiceResponse(status: 200, contentType: "application/json", body: issued.replyJSON(renewalOf: previous.serial))
         } catch {
             let status: Int
             switch error.code {

@@ -147,6 +147,44 @@ struct IssuanceTests {
         #expect(try await test.ca.ledger.recent(limit: 10).count == 1)
     }
 
+    /// The reply that hands a certificate over, written straight to bytes, is the text of the same
+    /// members as a JSONValue (sorted, compact), for an identity with every optional member and
+    /// for one with none; its identity is `PeerIdentity.jsonValue`.
+    @Test func theCertificateReplyIsItsJSONValuesText() async throws {
+        let openssl = try OpenSSL()
+        let csr = try openssl.csr("p256", name: "d")
+        let now = Date().timeIntervalSince1970
+        let test = try TestCA { $0.permissionsClaim = "scope" }
+        let full = try Tokens.verified(Tokens.claims(extra: [
+            "amr": .array([.string("pwd"), .string("otp")]), "auth_time": .integer(Int(now) - 60), "scope": .string("read write"),
+            "acr": .string("urn:mace:incommon:iap:silver"), "name": .string("Ada \"Quote\" Lovelace\n"), "email": .string("ada@example.com"),
+        ]))
+        let bare = try Tokens.verified(Tokens.claims(sub: "bare", jti: nil))
+        var names: [Set<String>] = []
+        for token in [full, bare] {
+            let issued = try await test.ca.issue(token: token, csr: csr)
+            names.append(Set(issued.identity.jsonValue.objectValue?.keys.map { $0 } ?? []))
+            let at = Date(timeIntervalSince1970: now)
+            for renewalOf in [nil, "0badc0de"] as [String?] {
+                let bytes = issued.replyJSON(renewalOf: renewalOf, now: at)
+                var members: [String: JSONValue] = [
+                    "certificate": .string(issued.chainPEM), "serial": .string(issued.serial),
+                    "notAfter": .string(ISO8601Text.string(issued.notAfter)), "renewAfter": .string(ISO8601Text.string(issued.renewAfter(now: at))),
+                    "spiffeID": .string(issued.identity.spiffeID), "identity": issued.identity.jsonValue,
+                ]
+                if let renewalOf { members["renewalOf"] = .string(renewalOf) }
+                #expect(bytes == JSONValue.object(members).compactBytes)
+                #expect(try JSONValue.parse(bytes) == .object(members))
+            }
+            var identity = JSONObjectWriter()
+            issued.identity.writeJSON(into: &identity)
+            #expect(identity.finished() == issued.identity.jsonValue.compactBytes)
+        }
+        // Every optional member present in the first, none in the second.
+        #expect(names.first == ["account", "acr", "expiresAt", "factors", "issuedAt", "issuer", "name", "permissions", "profile", "provider", "providerUID", "spiffeID"])
+        #expect(names.last == ["account", "expiresAt", "factors", "issuedAt", "issuer", "profile", "provider", "providerUID", "spiffeID"])
+    }
+
     @Test func spiffeSegmentsNeverCollide() throws {
         #expect(SPIFFE.segment("user-42") == "user-42")
         #expect(SPIFFE.segment("a/b") == "_x612f62")

@@ -139,6 +139,7 @@ struct ReadmeExamplesTests {
         let issued = try await ca.issue(token: token, csr: Array(csrPEM.utf8))
         print(issued.identity.spiffeID, issued.serial, issued.notAfter)       // spiffe://my-app/idp.example/user-42
         let pemChain = issued.chainPEM                                        // leaf + intermediate, for the device
+        let reply = issued.replyJSON()   // the JSON `POST /v1/certificates` answers: chain, identity, serial, notAfter, renewAfter, spiffeID
         // README: end
         // README: begin
         let peers = PeerVerifier(roots: [material.authority.root], trustDomain: "my-app")
@@ -148,6 +149,7 @@ struct ReadmeExamplesTests {
         let crlDER = try await ca.crl()                                        // signed RFC 5280 CRL
         // README: end
         #expect(!pemChain.isEmpty)
+        #expect(try JSONValue.parse(reply).objectValue?["serial"] == .string(issued.serial))
         let list = try RevocationList(crlDER, issuer: material.authority.issuer)
         #expect(list.revoked[issued.serial] != nil)
     }

@@ -41,6 +41,37 @@ public struct IssuedCertificate: Sendable {
 
     /// The chain as PEM (leaf first).
     public var chainPEM: String { PEM.encode(label: "CERTIFICATE", der: derBytes) + intermediatesPEM }
+
+    /// When the device should renew: two thirds into the validity left at `now` (the server side
+    /// of `authenticationExpiringSoon`).
+    public func renewAfter(now: Date = Date()) -> Date {
+        let start = max(notBefore, now)
+        return start.addingTimeInterval(notAfter.timeIntervalSince(start) * 2 / 3)
+    }
+
+    /// The JSON reply that hands this certificate to the device (`POST /v1/certificates` and its
+    /// renewal), compact, members sorted by name: `certificate` (``chainPEM``), `identity`
+    /// (``PeerIdentity/jsonValue``), `notAfter`, `renewAfter` (``renewAfter(now:)``), `renewalOf`
+    /// (the serial it renews, when given), `serial`, `spiffeID`; times in ISO 8601.
+    ///
+    /// Written straight to bytes (``JSONObjectWriter``): building it as a ``JSONValue`` first (two
+    /// dictionaries, their names hashed and sorted) cost about twice as much
+    /// (`tokenbench --issuance-stages --filter reply`).
+    public func replyJSON(renewalOf: String? = nil, now: Date = Date()) -> [UInt8] {
+        let chain = chainPEM
+        let spiffeID = identity.spiffeID
+        var reply = JSONObjectWriter(capacity: chain.utf8.count + 2 * chain.utf8.count / 64 + 1024)
+        reply.add("certificate", string: chain)
+        var identityObject = JSONObjectWriter(capacity: 512)
+        identity.writeJSON(into: &identityObject, spiffeID: spiffeID)
+        reply.add("identity", object: identityObject)
+        reply.add("notAfter", string: ISO8601Text.string(notAfter))
+        reply.add("renewAfter", string: ISO8601Text.string(renewAfter(now: now)))
+        if let renewalOf { reply.add("renewalOf", string: renewalOf) }
+        reply.add("serial", string: serial)
+        reply.add("spiffeID", string: spiffeID)
+        return reply.finished()
+    }
 }
 
 /// Turns verified tokens and CSRs into peer certificates, recorded in a ledger before they are
