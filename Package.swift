@@ -188,7 +188,7 @@ let package = Package(
             name: "TestSupport",
             dependencies: ["TokenKit"],
             path: "Tests/TestSupport",
-            exclude: ["keyserver.py", "openweb_server.py"],
+            exclude: ["keyserver.py", "openweb_server.py", "accept_log.py"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -248,16 +248,25 @@ struct KeyStoreTests {
     }
 
     @Test func serversOutsideTheTrustRootsAreRefused() async throws {
+        // The refusal comes with its cause as soon as the handshake fails, on the one connection:
+        // AsyncHTTPClient would otherwise connect again and again until the connect timeout (30 s
+        // here), and under load the fetcher's own deadline could answer first, without the cause.
+        let patient: (inout KeyFetchConfiguration) -> Void = {
+            $0.connectTimeout = .seconds(30)
+            $0.totalTimeout = .seconds(60)
+        }
         // The same server, but the fetcher trusts only an unrelated CA: the TLS handshake fails.
         let pki = try TestPKI.shared.get()
-        try await withServer(routes: [Self.jwksPath: try jwksRoute([(TestKeys.ec, "k1")])], configure: { $0.trustRoots = .pemFile(pki.otherCAFile) }) { server, store in
+        try await withServer(routes: [Self.jwksPath: try jwksRoute([(TestKeys.ec, "k1")])], configure: { patient(&$0); $0.trustRoots = .pemFile(pki.otherCAFile) }) { server, store in
             let error = await thrown { _ = try await store.keys(for: .jwks(url: jwksURL(server))) }
             #expect(sourceCode(error) == "connection", "\(String(describing: error))")
+            #expect(server.connections == 1)
         }
         // A name the certificate does not cover is refused too.
-        try await withServer(routes: ["/jwks.json": try jwksRoute([(TestKeys.ec, "k1")])], configure: { $0.hostOverrides["wrong.example"] = "127.0.0.1" }) { server, store in
+        try await withServer(routes: ["/jwks.json": try jwksRoute([(TestKeys.ec, "k1")])], configure: { patient(&$0); $0.hostOverrides["wrong.example"] = "127.0.0.1" }) { server, store in
             let error = await thrown { _ = try await store.keys(for: .jwks(url: "https://wrong.example:\(server.port)/jwks.json")) }
             #expect(sourceCode(error) == "connection", "\(String(describing: error))")
+            #expect(server.connections == 1)
         }
         // An unreadable trust-root file is a typed error at creation.
         var configuration = KeyFetchConfiguration()

@@ -97,7 +97,10 @@ public final class KeyServer: Sendable {
         let pki = try TestPKI.shared.get()
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("keyserver-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        var arguments = ["--routes", dir.appendingPathComponent("routes.json").path, "--log", dir.appendingPathComponent("requests.log").path]
+        var arguments = [
+            "--routes", dir.appendingPathComponent("routes.json").path, "--log", dir.appendingPathComponent("requests.log").path,
+            "--connections", dir.appendingPathComponent("connections.log").path,
+        ]
         if !plain { arguments += ["--cert", pki.certFile, "--key", pki.keyFile] }
         _ = FileManager.default.createFile(atPath: dir.appendingPathComponent("requests.log").path, contents: nil)
         try KeyServer.write(routes, to: dir)
@@ -121,6 +124,10 @@ public final class KeyServer: Sendable {
         let text = (try? String(contentsOf: dir.appendingPathComponent("requests.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map(String.init)
     }
+
+    /// The TCP connections the server accepted so far (counted before their TLS handshake, so a
+    /// client that refuses the certificate counts too).
+    public var connections: Int { acceptedConnections(in: dir) }
 
     public func count(_ path: String) -> Int { requests.filter { $0.hasPrefix("GET ") && $0.contains(path) }.count }
 
@@ -164,4 +171,11 @@ public func startScriptServer(_ script: String, _ arguments: [String]) throws ->
     process.standardInput = stdin
     try process.run()
     return (process, stdin, try announcedPort(out.fileHandleForReading, server: (script as NSString).lastPathComponent))
+}
+
+/// The lines of `connections.log` in `dir`, where the test servers (`--connections`) write one for
+/// every connection they accept.
+public func acceptedConnections(in dir: URL) -> Int {
+    let text = (try? String(contentsOf: dir.appendingPathComponent("connections.log"), encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").count
 }

@@ -15,15 +15,18 @@ routes.json: {"<host>/<path>" or "/<path>": {
 Unknown paths get 404. Prints "PORT <n>" on standard output once listening on 127.0.0.1.
 """
 import argparse, json, os, signal, socket, ssl, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from accept_log import AcceptLoggingServer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--routes", required=True)
 parser.add_argument("--log", required=True)
 parser.add_argument("--cert")
 parser.add_argument("--key")
+parser.add_argument("--connections", help="a file that gets a line for every connection accepted (before its TLS handshake)")
 args = parser.parse_args()
 log_lock = threading.Lock()
+AcceptLoggingServer.accept_log, AcceptLoggingServer.accept_lock = args.connections, log_lock
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -75,8 +78,7 @@ class Handler(BaseHTTPRequestHandler):
 EXPECTED_ERRORS = (ConnectionError, ssl.SSLError, socket.timeout)
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
+class Server(AcceptLoggingServer):
     request_queue_size = 1024
 
     def handle_error(self, request, client_address):

@@ -24,7 +24,8 @@ Prints "PORT <n>" once listening on 127.0.0.1 (port chosen by the OS); exits whe
 input closes.
 """
 import argparse, hashlib, json, os, signal, socket, ssl, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from accept_log import AcceptLoggingServer
 from urllib.parse import parse_qs, urlsplit
 
 parser = argparse.ArgumentParser()
@@ -32,9 +33,11 @@ parser.add_argument("--cert", required=True)
 parser.add_argument("--key", required=True)
 parser.add_argument("--token-file", required=True)
 parser.add_argument("--log", required=True)
+parser.add_argument("--connections", help="a file that gets a line for every connection accepted (before its TLS handshake)")
 parser.add_argument("--mode-file", required=True)
 args = parser.parse_args()
 log_lock = threading.Lock()
+AcceptLoggingServer.accept_log, AcceptLoggingServer.accept_lock = args.connections, log_lock
 REQUIRED = ("code_a", "access_token", "primary_key", "user_name")
 
 
@@ -110,9 +113,7 @@ class Handler(BaseHTTPRequestHandler):
 EXPECTED_ERRORS = (ConnectionError, ssl.SSLError, socket.timeout)
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class Server(AcceptLoggingServer):
     def handle_error(self, request, client_address):
         # Clients that give up (a test's timeout, an untrusted certificate) are expected.
         if isinstance(sys.exc_info()[1], EXPECTED_ERRORS):

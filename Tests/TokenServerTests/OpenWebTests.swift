@@ -35,6 +35,7 @@ final class OpenWebServer: Sendable {
         (process, stdin, port) = try startScriptServer(Self.script, [
             "--cert", pki.certFile, "--key", pki.keyFile, "--token-file", tokenFile,
             "--log", dir.appendingPathComponent("requests.log").path, "--mode-file", dir.appendingPathComponent("mode.json").path,
+            "--connections", dir.appendingPathComponent("connections.log").path,
         ])
     }
 
@@ -53,6 +54,9 @@ final class OpenWebServer: Sendable {
         let text = (try? String(contentsOf: dir.appendingPathComponent("requests.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").compactMap { (try? JSONValue.parse(String($0)))?.objectValue }
     }
+
+    /// The TCP connections OpenWeb accepted so far (before their TLS handshakes).
+    var connections: Int { acceptedConnections(in: dir) }
 
     func stop() {
         try? stdin.fileHandleForWriting.close()
@@ -341,12 +345,15 @@ struct OpenWebTests {
             #expect(openweb.requests.count == 1)  // it was asked, and did not answer in time
         }
 
-        // Untrusted: OpenWeb's certificate does not chain to caFile.
+        // Untrusted: OpenWeb's certificate does not chain to caFile. The failed handshake ends the
+        // call with its cause, on the one connection: not tried again until the 8 s timeout.
         try openweb.setMode("normal")
-        let untrusted = try openweb.section(timeout: 2, caFile: pki.otherCAFile)
+        let untrusted = try openweb.section(timeout: 8, caFile: pki.otherCAFile)
         try await LiveServer.with(configure: { $0.openweb = untrusted }) { server in
             let token = try server.token(["name": .string("Ada")])
+            let connectionsBefore = openweb.connections
             let reply = try await openWebSSO(server, ["provider": .string("dev"), "token": .string(token), "codeA": .string(Self.codeA)])
+            #expect(openweb.connections == connectionsBefore + 1)
             #expect(reply.status == 503, "\(reply.text)")
             #expect(reply.json["error"].errorCode == "upstream_unavailable")
             #expect(reply.text.contains("TLS"), "\(reply.text)")

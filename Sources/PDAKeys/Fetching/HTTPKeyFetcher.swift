@@ -75,6 +75,12 @@ public final class HTTPKeyFetcher: Sendable {
             decompression: .disabled)
         http.dnsOverride = configuration.hostOverrides
         http.httpVersion = .http1Only
+        // A connection that cannot be made — refused, or a TLS handshake that fails (an untrusted
+        // certificate, a name it does not cover) — fails the request at once with its cause.
+        // AsyncHTTPClient's default retries it with backoff until the request's deadline: every
+        // such fetch then took the whole total timeout, and under load the watchdog below could
+        // fire first and report a timeout instead of the cause.
+        http.connectionPool.retryConnectionEstablishment = false
         client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: http)
     }
 

@@ -91,6 +91,10 @@ final class OpenWebSSO: Sendable {
         var configuration = HTTPClient.Configuration(
             tlsConfiguration: settings.tls, redirectConfiguration: .disallow, timeout: .init(connect: amount, read: amount), decompression: .disabled)
         configuration.httpVersion = .http1Only
+        // A refused connection or a failed TLS handshake ends the call at once with its cause,
+        // instead of AsyncHTTPClient retrying it until the timeout (when the watchdog below could
+        // answer first, without the cause).
+        configuration.connectionPool.retryConnectionEstablishment = false
         client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }
 
