@@ -19,7 +19,7 @@ struct ContractTests {
         let adminSecret = "contract-" + UUID().uuidString
         try SecureFile.writeNew(adminFile, Array(adminSecret.utf8), mode: 0o600)
         let recorded = try await LiveServer.with(configure: {
-            $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 3600)
+            $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: LiveServer.requestTimeout, maxExpirationSeconds: 3600)
             $0.admin = ServerConfiguration.Admin(tokenFile: adminFile)
         }) { server in
             var recorded: [JSONValue] = []

@@ -22,7 +22,7 @@ struct RouterTests {
         init() async throws {
             let state = try temporaryDirectory()
             var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
-            configuration.limits = ServerConfiguration.Limits(maxBodyBytes: 4096)
+            configuration.limits = ServerConfiguration.Limits(maxBodyBytes: 4096, requestTimeoutSeconds: LiveServer.requestTimeout)
             service = try await TokenService.start(configuration: configuration, logger: Logger(label: "router-tests"))
             secret = Array(try Data(contentsOf: URL(fileURLWithPath: ServerConfiguration.devSecretPath(state: state.path))))
         }

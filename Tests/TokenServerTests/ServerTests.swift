@@ -31,12 +31,21 @@ struct LiveServer {
     let client: HTTPClient
     let secret: [UInt8]
 
-    /// Starts a server on embedded defaults (plus `configure`), runs `body`, stops it gracefully.
+    /// The time the test servers give a request (`limits.requestTimeoutSeconds`), where a test is
+    /// not about that deadline (RequestDeadlinesTests are): a full `swift test` on two CPUs runs
+    /// ~270 tests at once and can keep a request's task from running for tens of seconds; with the
+    /// default 10 s, requests were answered 503 in full runs (RouterTests'
+    /// `metricsShowTheLedgersCommits`, twice).
+    static let requestTimeout: Double = 300
+
+    /// Starts a server on embedded defaults (plus `configure`; ``requestTimeout`` for requests),
+    /// runs `body`, stops it gracefully.
     static func with<T: Sendable>(
         configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, _ body: @Sendable (LiveServer) async throws -> T
     ) async throws -> T {
         let state = try temporaryDirectory()
         var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+        configuration.limits = ServerConfiguration.Limits(requestTimeoutSeconds: requestTimeout)
         configure(&configuration)
         var logger = Logger(label: "test")
         logger.logLevel = .warning
@@ -155,7 +164,7 @@ struct ServerTests {
     }
 
     @Test func webhookRefusesWithStableCodes() async throws {
-        try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: 10, maxExpirationSeconds: 300) }) { server in
+        try await LiveServer.with(configure: { $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: LiveServer.requestTimeout, maxExpirationSeconds: 300) }) { server in
             func auth(_ token: String, provider: String = "dev", appID: String = "dev") async throws -> (Int, [String: JSONValue]) {
                 let (status, json) = try await server.json("/v1/auth", ["appID": .string(appID), "provider": .string(provider), "token": .string(token)])
                 return (status, json)
