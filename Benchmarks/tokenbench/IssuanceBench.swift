@@ -179,6 +179,49 @@ enum IssuanceBench {
         if let json { try writeJSON(results, seconds: seconds, reps: reps, window: window, to: json) }
     }
 
+    /// `tokenbench --issuance-pairs N`: the aims' two ratios as N pairs of short runs instead of
+    /// one long row each, every run in its own child tokenbench: the limit (one thread, under
+    /// `taskset -c 0`), the 1-core row (under `taskset -c 0`, the same CPU), the 2-core row; then,
+    /// after the last pair, the limit and the 1-core row once more. Each 1-core run's ratio is to
+    /// the mean of the limit runs just before and after it, each 2-core run's to the mean of the
+    /// 1-core runs just before and after it, and the medians of those ratios are printed with
+    /// their range: this VM's speed moves by 10–20% within a minute, and a ratio of neighbours
+    /// carries less of that drift than one row against another measured a minute apart.
+    static func runPairs(_ pairs: Int, seconds: Double, window: Int, presigning: Bool = true) async throws {
+        guard pairs > 0 else { throw BenchError("--issuance-pairs needs at least one pair") }
+        printNow("tokenbench --issuance-pairs \(pairs): \(seconds) s per run, each in its own child; \(window) issuances in flight\(presigning ? "" : "; --no-presign"); load average \(loadAverage())")
+        printNow("pair   limit (CPU 0)   1 core (CPU 0)   ratio   2 cores   × 1 core")
+        var limits = [try limitChild(seconds: seconds)]
+        var ones = [try child(name: oneCoreName, pinToOneCPU: true, seconds: seconds, reps: 1, window: window, presigning: presigning).rate]
+        var twos: [Double] = []
+        var oneRatios: [Double] = [], twoRatios: [Double] = []
+        for pair in 1...pairs {
+            twos.append(try child(name: twoCoreName, pinToOneCPU: false, seconds: seconds, reps: 1, window: window, presigning: presigning).rate)
+            limits.append(try limitChild(seconds: seconds))
+            ones.append(try child(name: oneCoreName, pinToOneCPU: true, seconds: seconds, reps: 1, window: window, presigning: presigning).rate)
+            // The 1-core run of this pair, between the limit runs around it; the 2-core run, between
+            // the 1-core runs around it.
+            let oneRatio = ones[pair - 1] / ((limits[pair - 1] + limits[pair]) / 2)
+            let twoRatio = twos[pair - 1] / ((ones[pair - 1] + ones[pair]) / 2)
+            oneRatios.append(oneRatio)
+            twoRatios.append(twoRatio)
+            printNow(String(format: "%4d   %13.0f   %14.0f   %5.3f   %7.0f   %8.2f", pair, limits[pair - 1], ones[pair - 1], oneRatio, twos[pair - 1], twoRatio))
+        }
+        printNow(String(format: "   (the last limit and 1-core runs, after the last pair: %.0f, %.0f)", limits[pairs], ones[pairs]))
+        func summary(_ values: [Double]) -> String {
+            String(format: "median %.3f (%.3f–%.3f)", median(values), values.min() ?? 0, values.max() ?? 0)
+        }
+        printNow("1 core / the limit: \(summary(oneRatios)); 2 cores / 1 core: \(summary(twoRatios)); \(pairs) pairs; load average \(loadAverage())")
+    }
+
+    /// The limit in a child tokenbench under `taskset -c 0` (``runChild(name:seconds:reps:window:presigning:)``
+    /// with the limit's name): its rate.
+    static func limitChild(seconds: Double) throws -> Double {
+        let fields = try childResult(["--issuance-child", limitName, "--seconds", "\(seconds)", "--reps", "1"], pinToOneCPU: true, what: limitName)
+        guard let rate = Double(fields["rate"] ?? "") else { throw BenchError("\(limitName): unreadable result \(fields)") }
+        return rate
+    }
+
     /// The OpenSSL limit: one thread, 1000 CSRs in turn.
     static func limitRow(seconds: Double, reps: Int) async throws -> (IssuanceLimit, IssuanceResult) {
         let workload = try IssuanceWorkload()
@@ -247,8 +290,14 @@ enum IssuanceBench {
         return fields
     }
 
-    /// The child side: one library row, printed as `RESULT key=value …`.
+    /// The child side: one library row, or the limit row (``limitName``), printed as
+    /// `RESULT key=value …`.
     static func runChild(name: String, seconds: Double, reps: Int, window: Int, presigning: Bool = true) async throws {
+        if name == limitName {
+            let (_, result) = try await limitRow(seconds: seconds, reps: reps)
+            printNow(String(format: "RESULT name=%@ rate=%.1f p50_ms=%.3f p99_ms=%.3f affinity=%d", name, result.rate, result.p50, result.p99, PoolProbe.affinityCPUs()))
+            return
+        }
         let width = await PoolProbe.width()
         printNow("\(name): \(PoolProbe.describe(width))")
         let workload = try IssuanceWorkload()

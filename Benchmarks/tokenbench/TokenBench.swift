@@ -50,6 +50,9 @@ struct TokenBench: AsyncParsableCommand {
     @Flag(help: "Run the issuance rows instead of the token rows: openssl-raw.limit.issuance (the crypto no CA can skip, OpenSSL, one thread), peerca.issuance.1core (a child tokenbench under taskset -c 0) and peerca.issuance.2core (a child on both cores): token verify, CSR check, certificate, durable SQLite ledger. The limit is measured again after each library row, and a library row's ratio is to the mean of the limit just before and just after it. --filter picks among them.")
     var issuance = false
 
+    @Option(help: "The issuance aims' two ratios as this many pairs of short runs (--seconds each, every run in its own child): the limit and the 1-core row, both under taskset -c 0, and the 2-core row, alternated; each 1-core run's ratio to the mean of the limit runs around it, each 2-core run's to the mean of the 1-core runs around it, and the medians with their range. Less of the machine's drift in the ratios than --issuance's rows, a minute apart.")
+    var issuancePairs: Int?
+
     @Option(help: "Issuances kept in flight by the issuance rows and --ledger-growth.")
     var window: Int = 64
 
@@ -81,6 +84,10 @@ struct TokenBench: AsyncParsableCommand {
         }
         if issuanceStages {
             try await IssuanceStages.run(seconds: seconds, reps: reps, selected: selected)
+            return
+        }
+        if let issuancePairs {
+            try await IssuanceBench.runPairs(issuancePairs, seconds: seconds, window: window, presigning: !noPresign)
             return
         }
         if issuance {
