@@ -54,7 +54,7 @@ public struct IssuedCertificate: Sendable {
     /// (``PeerIdentity/jsonValue``), `notAfter`, `renewAfter` (``renewAfter(now:)``), `renewalOf`
     /// (the serial it renews, when given), `serial`, `spiffeID`; times in ISO 8601.
     ///
-    /// Written straight to bytes (``JSONObjectWriter``): building it as a ``JSONValue`` first (two
+    /// Written straight to bytes (TokenKit's `JSONObjectWriter`): building it as a `JSONValue` first (two
     /// dictionaries, their names hashed and sorted) cost about twice as much
     /// (`tokenbench --issuance-stages --filter reply`).
     public func replyJSON(renewalOf: String? = nil, now: Date = Date()) -> [UInt8] {

@@ -20,7 +20,7 @@ extension PeerIdentity {
         forEachJSONMember(spiffeID: spiffeID) { name, value in writer.add(name, value) }
     }
 
-    /// Each member of ``jsonValue``, sorted by name (what ``JSONObjectWriter`` needs). The one
+    /// Each member of ``jsonValue``, sorted by name (what `JSONObjectWriter` needs). The one
     /// definition of the identity's JSON: both forms come from it.
     private func forEachJSONMember(spiffeID: String? = nil, _ member: (String, JSONValue) -> Void) {
         member("account", .string(accountUID))
