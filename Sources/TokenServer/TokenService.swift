@@ -14,7 +14,12 @@ public struct ServiceResponse: Sendable {
     public let body: [UInt8]
 
     static func json(_ status: Int, _ value: JSONValue) -> ServiceResponse {
-        ServiceResponse(status: status, contentType: "application/json", body: value.compactBytes)
+        json(status, bytes: value.compactBytes)
+    }
+
+    /// A JSON body already written (`IssuedCertificate.replyJSON(renewalOf:now:)`).
+    static func json(_ status: Int, bytes: [UInt8]) -> ServiceResponse {
+        ServiceResponse(status: status, contentType: "application/json", body: bytes)
     }
 
     static func error(_ status: Int, _ code: String, _ message: String) -> ServiceResponse {
@@ -246,7 +251,7 @@ public final class TokenService: Sendable {
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
             counters.counter("tokenserver_certificates_issued_total", [("provider", request.providerName)]).increment()
-            return ServiceResponse(status: 200, contentType: "application/json", body: issued.replyJSON())
+            return .json(200, bytes: issued.replyJSON())
         } catch {
             let status: Int
             switch error.code {
@@ -293,7 +298,7 @@ public final class TokenService: Sendable {
                 return .error(401, "session_ended", "the account's sessions were ended; sign in again")
             }
             counters.counter("tokenserver_certificates_renewed_total").increment()
-            return ServiceResponse(status: 200, contentType: "application/json", body: issued.replyJSON(renewalOf: previous.serial))
+            return .json(200, bytes: issued.replyJSON(renewalOf: previous.serial))
         } catch {
             let status: Int
             switch error.code {
