@@ -22,6 +22,8 @@ struct IssuanceResult {
     /// A library row's limit measured just before and just after it (the machine's speed drifts
     /// by several percent from one minute to the next; the ratio is to their mean).
     var limitAround: (before: Double, after: Double)?
+    /// For a row run in a child tokenbench: the fields of its `RESULT` line (`cpu_us`, `busy`, …).
+    var fields: [String: String] = [:]
 }
 
 /// Keeps a window of issuances in flight and times each.
@@ -180,44 +182,77 @@ enum IssuanceBench {
     }
 
     /// `tokenbench --issuance-pairs N`: the aims' two ratios as N pairs of short runs instead of
-    /// one long row each, every run in its own child tokenbench: the limit (one thread, under
-    /// `taskset -c 0`), the 1-core row (under `taskset -c 0`, the same CPU), the 2-core row; then,
-    /// after the last pair, the limit and the 1-core row once more. Each 1-core run's ratio is to
-    /// the mean of the limit runs just before and after it, each 2-core run's to the mean of the
-    /// 1-core runs just before and after it, and the medians of those ratios are printed with
-    /// their range: this VM's speed moves by 10–20% within a minute, and a ratio of neighbours
-    /// carries less of that drift than one row against another measured a minute apart.
+    /// one long row each, every run in its own child tokenbench: the 2-core row, the limit on both
+    /// CPUs at once (two limit children, under `taskset -c 0` and `taskset -c 1`), the limit (one
+    /// thread, under `taskset -c 0`), the 1-core row (under `taskset -c 0`, the same CPU); before
+    /// the first pair, the limit and the 1-core row once. Each 1-core run's ratio is to the mean of
+    /// the limit runs just before and after it, each 2-core run's to the mean of the 1-core runs
+    /// just before and after it, and the two-CPU limit's (its two rates summed) to the mean of the
+    /// one-CPU limit runs around it; the medians of those ratios are printed with their range: this
+    /// VM's speed moves by 10–20% within a minute, and a ratio of neighbours carries less of that
+    /// drift than one row against another measured a minute apart. The two-CPU limit shows how far
+    /// the crypto alone gains from the second CPU here (the 2-core aim asks the whole issuance for
+    /// 1.8×); the rows' CPU time per certificate and busy share show whether a ratio moved with
+    /// the cost of a certificate or with the time the CPUs waited.
     static func runPairs(_ pairs: Int, seconds: Double, window: Int, presigning: Bool = true) async throws {
         guard pairs > 0 else { throw BenchError("--issuance-pairs needs at least one pair") }
         printNow("tokenbench --issuance-pairs \(pairs): \(seconds) s per run, each in its own child; \(window) issuances in flight\(presigning ? "" : "; --no-presign"); load average \(loadAverage())")
-        printNow("pair   limit (CPU 0)   1 core (CPU 0)   ratio   2 cores   × 1 core")
-        var limits = [try limitChild(seconds: seconds)]
-        var ones = [try child(name: oneCoreName, pinToOneCPU: true, seconds: seconds, reps: 1, window: window, presigning: presigning).rate]
-        var twos: [Double] = []
-        var oneRatios: [Double] = [], twoRatios: [Double] = []
-        for pair in 1...pairs {
-            twos.append(try child(name: twoCoreName, pinToOneCPU: false, seconds: seconds, reps: 1, window: window, presigning: presigning).rate)
-            limits.append(try limitChild(seconds: seconds))
-            ones.append(try child(name: oneCoreName, pinToOneCPU: true, seconds: seconds, reps: 1, window: window, presigning: presigning).rate)
-            // The 1-core run of this pair, between the limit runs around it; the 2-core run, between
-            // the 1-core runs around it.
-            let oneRatio = ones[pair - 1] / ((limits[pair - 1] + limits[pair]) / 2)
-            let twoRatio = twos[pair - 1] / ((ones[pair - 1] + ones[pair]) / 2)
-            oneRatios.append(oneRatio)
-            twoRatios.append(twoRatio)
-            printNow(String(format: "%4d   %13.0f   %14.0f   %5.3f   %7.0f   %8.2f", pair, limits[pair - 1], ones[pair - 1], oneRatio, twos[pair - 1], twoRatio))
+        printNow("pair   limit (CPU 0)   1 core (CPU 0)  µs, busy   ratio   2 cores  µs, busy   × 1 core   limit, 2 CPUs   × limit")
+        func row(_ name: String, pinned: Bool) throws -> IssuanceResult {
+            try child(name: name, pinToOneCPU: pinned, seconds: seconds, reps: 1, window: window, presigning: presigning)
         }
-        printNow(String(format: "   (the last limit and 1-core runs, after the last pair: %.0f, %.0f)", limits[pairs], ones[pairs]))
+        var limits = [try limitChild(seconds: seconds)]
+        var ones = [try row(oneCoreName, pinned: true)]
+        var oneRatios: [Double] = [], twoRatios: [Double] = [], bothRatios: [Double] = []
+        for pair in 1...pairs {
+            let two = try row(twoCoreName, pinned: false)
+            let both = try limitOnBothCPUs(seconds: seconds)
+            limits.append(try limitChild(seconds: seconds))
+            ones.append(try row(oneCoreName, pinned: true))
+            // The 1-core run of this pair, between the limit runs around it; the 2-core run, between
+            // the 1-core runs around it; the two-CPU limit, between the one-CPU limit runs around it.
+            let one = ones[pair - 1]
+            let limitAround = (limits[pair - 1] + limits[pair]) / 2
+            oneRatios.append(one.rate / limitAround)
+            twoRatios.append(two.rate / ((ones[pair - 1].rate + ones[pair].rate) / 2))
+            bothRatios.append(both / limitAround)
+            printNow(String(format: "%4d   %13.0f   %14.0f  %@   %5.3f   %7.0f  %@   %8.2f   %13.0f   %7.2f",
+                pair, limits[pair - 1], one.rate, costAndBusy(one), oneRatios[pair - 1], two.rate, costAndBusy(two), twoRatios[pair - 1], both, bothRatios[pair - 1]))
+        }
+        printNow(String(format: "   (the last limit and 1-core runs, after the last pair: %.0f, %.0f)", limits[pairs], ones[pairs].rate))
         func summary(_ values: [Double]) -> String {
             String(format: "median %.3f (%.3f–%.3f)", median(values), values.min() ?? 0, values.max() ?? 0)
         }
         printNow("1 core / the limit: \(summary(oneRatios)); 2 cores / 1 core: \(summary(twoRatios)); \(pairs) pairs; load average \(loadAverage())")
+        printNow("the limit on both CPUs at once / on one: \(summary(bothRatios))")
+    }
+
+    /// A row's CPU time per certificate and busy share, as its child printed them (`cpu_us`,
+    /// `busy`), in 9 columns.
+    private static func costAndBusy(_ result: IssuanceResult) -> String {
+        let cpu = result.fields["cpu_us"] ?? "?", busy = result.fields["busy"] ?? "?"
+        return "\(cpu), \(busy)%".padding(toLength: 9, withPad: " ", startingAt: 0)
     }
 
     /// The limit in a child tokenbench under `taskset -c 0` (``runChild(name:seconds:reps:window:presigning:)``
     /// with the limit's name): its rate.
     static func limitChild(seconds: Double) throws -> Double {
-        let fields = try childResult(["--issuance-child", limitName, "--seconds", "\(seconds)", "--reps", "1"], pinToOneCPU: true, what: limitName)
+        try limitRate(finishChild(startChild(limitArguments(seconds: seconds), cpu: 0), what: limitName))
+    }
+
+    /// The limit on both CPUs at once: two limit children started together, under `taskset -c 0`
+    /// and `taskset -c 1`; the sum of their rates.
+    static func limitOnBothCPUs(seconds: Double) throws -> Double {
+        let first = try startChild(limitArguments(seconds: seconds), cpu: 0)
+        let second = try startChild(limitArguments(seconds: seconds), cpu: 1)
+        return try limitRate(finishChild(first, what: limitName)) + limitRate(finishChild(second, what: limitName))
+    }
+
+    private static func limitArguments(seconds: Double) -> [String] {
+        ["--issuance-child", limitName, "--seconds", "\(seconds)", "--reps", "1"]
+    }
+
+    private static func limitRate(_ fields: [String: String]) throws -> Double {
         guard let rate = Double(fields["rate"] ?? "") else { throw BenchError("\(limitName): unreadable result \(fields)") }
         return rate
     }
@@ -255,20 +290,28 @@ enum IssuanceBench {
         else { throw BenchError("\(name): unreadable result \(fields)") }
         let f = { (key: String) in fields[key] ?? "?" }
         let how = pinToOneCPU ? "taskset -c 0" : "no pinning"
-        return IssuanceResult(
+        var result = IssuanceResult(
             name: name, rate: rate, p50: p50, p99: p99, issued: issued,
             notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
                 + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(f("presigned_pct"))% signed with a presigned nonce (\(f("nonces_per_signature")) computed per signature, \(f("refills_pct"))% by signers); \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+        result.fields = fields
+        return result
     }
 
     /// Runs this tokenbench again with `arguments` (under `taskset -c 0` when `pinToOneCPU`) and
     /// returns the fields of the last `RESULT key=value …` line it printed; `what` names it in errors.
     static func childResult(_ arguments: [String], pinToOneCPU: Bool = false, what: String) throws -> [String: String] {
+        try finishChild(startChild(arguments, cpu: pinToOneCPU ? 0 : nil), what: what)
+    }
+
+    /// Starts this tokenbench again with `arguments`, under `taskset -c CPU` when `cpu` is given;
+    /// ``finishChild(_:what:)`` reads its result.
+    static func startChild(_ arguments: [String], cpu: Int?) throws -> (process: Process, output: Pipe) {
         let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let process = Process()
-        if pinToOneCPU {
+        if let cpu {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-            process.arguments = ["-c", "0", me] + arguments
+            process.arguments = ["-c", "\(cpu)", me] + arguments
         } else {
             process.executableURL = URL(fileURLWithPath: me)
             process.arguments = arguments
@@ -276,6 +319,13 @@ enum IssuanceBench {
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
+        return (process, pipe)
+    }
+
+    /// Waits for a child ``startChild(_:cpu:)`` started and returns the fields of the last
+    /// `RESULT key=value …` line it printed; `what` names it in errors.
+    static func finishChild(_ child: (process: Process, output: Pipe), what: String) throws -> [String: String] {
+        let (process, pipe) = child
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         // Polled: Foundation's waitUntilExit can miss a child's exit on Linux (see the tests' waitForExit).
         while process.isRunning { usleep(10_000) }
