@@ -72,6 +72,7 @@ enum IssuanceDriver {
             let r = try await run(window: window, seconds: seconds, offset: offset, issue)
             offset += r.count + window
             rates.append(Double(r.count) / r.elapsed)
+            if reps > 1 { printNow(String(format: "  %@ repetition %d: %.1f certs/s", name, rates.count, rates.last ?? 0)) }
             all += r.latencies
         }
         let (p50, p99) = percentiles(all)
