@@ -77,7 +77,8 @@ let package = Package(
             pkgConfig: "libjwt",
             providers: [.apt(["libjwt-dev"])]
         ),
-        // SQLite's default VFS with the write-ahead log's writes gathered (SQLiteLedger).
+        // SQLite's default VFS with the write-ahead log's writes gathered (SQLiteLedger), and the layer over
+        // SQLite's page cache that skips truncations with nothing to drop (every connection in the process).
         .target(
             name: "CSQLiteWAL",
             linkerSettings: [.linkedLibrary("sqlite3")]

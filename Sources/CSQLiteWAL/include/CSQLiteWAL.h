@@ -24,4 +24,25 @@ void tokentool_walbuffer_counters(long long *bytes, long long *writes);
 /// counts when its main database's WAL is open through this VFS, SQLITE_NOTFOUND otherwise.
 int tokentool_walbuffer_connection_counters(void *connection, long long *bytes, long long *writes);
 
+/// SQLite's default page cache (pcache1) behind a layer that skips a truncation with nothing to drop
+/// (pagecache.c), installed when the program loads, before SQLite can have been initialized, for
+/// every connection in the process. Each commit ends with a truncation of the cache to the database's
+/// size; after a B-tree balance has moved a page through the temporary key past the lock byte,
+/// pcache1 answers every such truncation with a walk over its whole hash table and every cached page
+/// (≈ 110–160 µs a commit with the ledger writer's 4,096-page cache), though nothing lies past the
+/// end. The layer keeps, per cache, an upper bound of its pages' keys and whether any page sits at
+/// the temporary key; a truncation above both is skipped, any other reaches pcache1 unchanged.
+/// TOKENTOOL_SQLITE_PAGECACHE=0 in the environment when the program starts leaves SQLite's own.
+///
+/// `state`: 0 installed, 1 off by the environment, 2 not installed (SQLite was initialized before
+/// the program's constructors ran, or refused the configuration). `skipped` and `passed`: the
+/// truncations the layer skipped and the ones it handed to pcache1, in this process.
+void tokentool_pagecache_counters(int *state, long long *skipped, long long *passed);
+
+/// Drives a cache made through the layer, over SQLite's own page cache, as a pager does (pages
+/// fetched, moved through the temporary key, truncations with and without pages past the limit) and
+/// checks which truncations were skipped and which pages are left: 0 when all checks hold, the
+/// number of the first that failed, or -1 when the layer is not installed.
+int tokentool_pagecache_selftest(void);
+
 #endif
