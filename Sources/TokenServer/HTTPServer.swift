@@ -100,6 +100,10 @@ public enum TokenHTTPServer {
             // CAP_SYS_NICE or an RLIMIT_NICE of 30 allows it).
             let raised = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_writer_raised_batches", unitName: "", helpText: "SQLite ledger batches written at a raised thread priority"))
             let refused = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_ledger_writer_raise_refused", unitName: "", helpText: "1 when the kernel refused to raise the SQLite ledger writer's priority"))
+            // The layer over SQLite's page cache (CSQLiteWAL): 1 when installed in this process, and
+            // the cache truncations it skipped (each commit's, when no page lies past the end).
+            let pageCacheInstalled = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_sqlite_pagecache_installed", unitName: "", helpText: "1 when the layer that skips SQLite page-cache truncations with nothing to drop is installed"))
+            let pageCacheSkipped = metrics.makeGauge(descriptor: MetricNameDescriptor(metricName: "tokenserver_sqlite_pagecache_skipped_truncations", unitName: "", helpText: "SQLite page-cache truncations skipped because no cached page lay past the limit"))
             // The CA's signatures made from a nonce computed beforehand, the batches of nonces
             // signatures computed themselves because none was ready, and the signatures made whole
             // (a P-256 issuing key; none otherwise).
@@ -115,6 +119,9 @@ public enum TokenHTTPServer {
                 let boost = SQLiteLedger.writerBoostCounters
                 raised.set(boost.boosted)
                 refused.set(Int64(boost.state == .refused ? 1 : 0))
+                let pageCache = SQLiteLedger.pageCacheCounters
+                pageCacheInstalled.set(Int64(pageCache.state == .installed ? 1 : 0))
+                pageCacheSkipped.set(pageCache.skipped)
                 if let statistics = service.ca.authority.presigner?.statistics {
                     presigned.set(Int64(statistics.used))
                     refills.set(Int64(statistics.refills))

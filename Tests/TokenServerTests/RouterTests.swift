@@ -269,6 +269,7 @@ struct RouterTests {
         #expect(await presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 120))
         let before = presigner.statistics
         let boostBefore = SQLiteLedger.writerBoostCounters
+        let pageCacheBefore = SQLiteLedger.pageCacheCounters
         let registry = PrometheusCollectorRegistry()
         let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
         try await app.test(.router) { client in
@@ -295,6 +296,13 @@ struct RouterTests {
             #expect(metrics.contains("\ntokenserver_ledger_writer_raise_refused \(boost.state == .refused ? 1 : 0).0\n"), "\(metrics)")
             #expect(boost.attempts >= boostBefore.attempts + 3)
             if boost.state == .on { #expect(raisedCount >= Double(boostBefore.boosted + 3)) }
+            // The page-cache layer: installed when the test program loaded (unless turned off), and
+            // each of the three commits skipped its truncation.
+            let pageCache = SQLiteLedger.pageCacheCounters
+            #expect(metrics.contains("\ntokenserver_sqlite_pagecache_installed \(pageCache.state == .installed ? 1 : 0).0\n"), "\(metrics)")
+            let skipped = metrics.split(separator: "\n").first { $0.hasPrefix("tokenserver_sqlite_pagecache_skipped_truncations ") }
+            let skippedCount = try #require(skipped.flatMap { Double($0.split(separator: " ")[1]) })
+            if pageCache.state == .installed { #expect(skippedCount >= Double(pageCacheBefore.skipped + 3)) }
         }
     }
 }
