@@ -215,7 +215,7 @@ enum IssuanceBench {
             let one = ones[pair - 1]
             let limitAround = (limits[pair - 1] + limits[pair]) / 2
             oneRatios.append(one.rate / limitAround)
-            twoRatios.append(two.rate / ((ones[pair - 1].rate + ones[pair].rate) / 2))
+            twoRatios.append(two.rate / ((one.rate + ones[pair].rate) / 2))
             bothRatios.append(both / limitAround)
             printNow(String(format: "%4d   %13.0f   %14.0f  %@   %5.3f   %7.0f  %@   %8.2f   %13.0f   %7.2f",
                 pair, limits[pair - 1], one.rate, costAndBusy(one), oneRatios[pair - 1], two.rate, costAndBusy(two), twoRatios[pair - 1], both, bothRatios[pair - 1]))

@@ -41,7 +41,6 @@ static sqlite3_pcache_methods2 layer_methods;
 // (SQLite had been initialized, or configuring it failed).
 static _Atomic int layer_state = 2;
 static _Atomic long long truncations_skipped = 0;
-static _Atomic long long truncations_passed = 0;
 
 static int layer_init(void *arg) {
     (void)arg;
@@ -110,11 +109,9 @@ static void layer_truncate(sqlite3_pcache *p, unsigned int limit) {
         cache->skipped += 1;
         return;
     }
-    truncations_passed += 1;
     cache->passed += 1;
     base_methods.xTruncate(cache->inner, limit);
-    if (limit == 0) cache->maxKey = 0;
-    else if (cache->maxKey >= limit) cache->maxKey = limit - 1;
+    if (cache->maxKey >= limit) cache->maxKey = limit > 0 ? limit - 1 : 0;
     if (!tempBelowLimit) cache->atTempKey = 0;
 }
 
@@ -157,10 +154,9 @@ __attribute__((constructor)) static void pagecache_install(void) {
     if (sqlite3_config(SQLITE_CONFIG_PCACHE2, &layer_methods) == SQLITE_OK) layer_state = 0;
 }
 
-void tokentool_pagecache_counters(int *state, long long *skipped, long long *passed) {
+void tokentool_pagecache_counters(int *state, long long *skipped) {
     *state = layer_state;
     *skipped = truncations_skipped;
-    *passed = truncations_passed;
 }
 
 // The self-test: a cache made through the layer over SQLite's own, driven as the pager drives it.

@@ -31,7 +31,6 @@ struct PageCacheTests {
     @Test func aDatabaseThatShrinksAndGrowsStaysIntact() throws {
         let path = try temporaryDirectory().appendingPathComponent("shrink.sqlite").path
         let queue = try DatabaseQueue(path: path)
-        func row(_ id: Int, _ round: Int) -> Data { Data((0..<1500).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ id &* 13 &+ round) }) }
         try queue.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA auto_vacuum = FULL")
             try db.execute(sql: "PRAGMA cache_size = -16384")
@@ -39,7 +38,7 @@ struct PageCacheTests {
         }
         for round in 0..<3 {
             try queue.write { db in
-                for id in 0..<1500 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, row(id, round)]) }
+                for id in 0..<1500 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, rowContent(id, round)]) }
             }
             let grown = try queue.read { db in try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0 }
             // Every other row, then the upper half: the file shrinks at each commit.
@@ -49,7 +48,7 @@ struct PageCacheTests {
             #expect(shrunk < grown * 3 / 4, "round \(round): \(grown) → \(shrunk) pages")
             // A rolled-back growth, then the rows back with this round's content.
             try? queue.write { db in
-                for id in 2000..<2600 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, row(id, round)]) }
+                for id in 2000..<2600 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, rowContent(id, round)]) }
                 throw DatabaseError(resultCode: .SQLITE_ABORT, message: "rolled back on purpose")
             }
             try queue.write { db in
@@ -57,7 +56,7 @@ struct PageCacheTests {
             }
         }
         try queue.write { db in
-            for id in 0..<1500 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, row(id, 9)]) }
+            for id in 0..<1500 { try db.execute(sql: "INSERT INTO t (id, v) VALUES (?, ?)", arguments: [id, rowContent(id, 9)]) }
         }
         let other = try DatabaseQueue(path: path)
         for connection in [queue, other] {
@@ -70,6 +69,7 @@ struct PageCacheTests {
         }
     }
 
+    /// Row `id`'s 1,500 bytes in round `round`.
     private func rowContent(_ id: Int, _ round: Int) -> Data {
         Data((0..<1500).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ id &* 13 &+ round) })
     }

@@ -35,9 +35,9 @@ int tokentool_walbuffer_connection_counters(void *connection, long long *bytes, 
 /// TOKENTOOL_SQLITE_PAGECACHE=0 in the environment when the program starts leaves SQLite's own.
 ///
 /// `state`: 0 installed, 1 off by the environment, 2 not installed (SQLite was initialized before
-/// the program's constructors ran, or refused the configuration). `skipped` and `passed`: the
-/// truncations the layer skipped and the ones it handed to pcache1, in this process.
-void tokentool_pagecache_counters(int *state, long long *skipped, long long *passed);
+/// the program's constructors ran, or refused the configuration). `skipped`: the truncations the
+/// layer skipped in this process.
+void tokentool_pagecache_counters(int *state, long long *skipped);
 
 /// Drives a cache made through the layer, over SQLite's own page cache, as a pager does (pages
 /// fetched, moved through the temporary key, truncations with and without pages past the limit) and

@@ -276,18 +276,17 @@ public final class SQLiteLedger: CertificateLedger {
 
     /// The page-cache layer (CSQLiteWAL's `tokentool_pagecache_counters`): whether it is installed in
     /// this process, and the cache truncations it skipped (nothing to drop: every commit's, unless
-    /// the database shrank or a transaction rolled back) and handed to SQLite's page cache.
+    /// the database shrank or a transaction rolled back).
     package static var pageCacheCounters: PageCacheCounters {
         var state: Int32 = 2
         var skipped: Int64 = 0
-        var passed: Int64 = 0
-        tokentool_pagecache_counters(&state, &skipped, &passed)
+        tokentool_pagecache_counters(&state, &skipped)
         let named: PageCacheCounters.State = switch state {
         case 0: .installed
         case 1: .offByEnvironment
         default: .notInstalled
         }
-        return PageCacheCounters(state: named, skipped: skipped, passed: passed)
+        return PageCacheCounters(state: named, skipped: skipped)
     }
 
     /// CSQLiteWAL's check of the page-cache layer over SQLite's own cache (`tokentool_pagecache_selftest`):
@@ -299,7 +298,6 @@ public final class SQLiteLedger: CertificateLedger {
         package enum State: Sendable { case installed, offByEnvironment, notInstalled }
         package var state: State
         package var skipped: Int64
-        package var passed: Int64
     }
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
