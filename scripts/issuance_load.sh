@@ -8,7 +8,11 @@
 #     its own P-256 CSR, made with PyJWT and cryptography before the timing);
 #  3. requests/s, p50, p99, errors; the server's and wrk's CPU per request (/proc, getrusage), the
 #     server's by thread (/proc/PID/task: Swift's pool, NIO's event loops, GRDB's queues, presigner),
-#     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate.
+#     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate;
+#     the host's steal time during the run (/proc/stat);
+#  4. the floor: wrk on GET /healthz (no body, no work) for the same time and connections, its server
+#     and wrk CPU per request, and the ratio an issuance would reach if HTTP added only that floor to
+#     the library's CPU per certificate — and what this run's requests add beyond floor and library.
 # wrk runs on the same 2 cores as the server: it takes CPU the server would otherwise have.
 # Usage: scripts/issuance_load.sh [SECONDS] [CONNECTIONS] [BODIES]   (defaults 10 s, 32, 256)
 # PERF_SECONDS=N (N < SECONDS - 1): also record the whole machine with perf for N seconds of the HTTP
@@ -32,6 +36,7 @@ echo "issuance_load: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/lo
 library=$("$bin/tokenbench" --issuance --filter 'peerca.issuance.2core$' --seconds "$seconds" --reps 1 | grep '^peerca.issuance.2core')
 echo "$library"
 library_rate=$(echo "$library" | awk '{print $2}')
+library_cpu=$(echo "$library" | grep -o 'CPU [0-9.]* µs/cert' | awk '{print $2}')
 
 # 2. The server, and the requests.
 start_serve "$bin/tokentool"  # sets $server and $port (the OS picked it)
@@ -63,12 +68,18 @@ function setup(thread)
   threads = threads + 1
 end
 local i = 0
-function init(args) i = (id or 0) * 97 end
+-- Each request formatted once per thread, not once per request: wrk's Lua then costs what a
+-- fixed request does, and the CPU it takes beside the server is the load driver's, not Lua's.
+local requests = {}
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+function init(args)
+  i = (id or 0) * 97
+  for n, body in ipairs(bodies) do requests[n] = wrk.format(nil, nil, nil, body) end
+end
 function request()
-  i = i % #bodies + 1
-  return wrk.format(nil, nil, nil, bodies[i])
+  i = i % #requests + 1
+  return requests[i]
 end
 done = function(summary, latency, requests)
   local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
@@ -80,7 +91,7 @@ url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
 # The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
 # (getrusage of the child once it has exited), the ledger's commits (the server's /metrics).
-PERF_DATA="$work/perf.data" python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
+SECONDS_RUN="$seconds" HTTP_COSTS="$work/http_costs" PERF_DATA="$work/perf.data" python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
     wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
 import os, re, resource, subprocess, sys, time, urllib.request
 server, metrics, library_rate, connections, bodies, wrk = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
@@ -109,7 +120,10 @@ def commits():
     names = ("tokenserver_ledger_commits", "tokenserver_ledger_committed_certificates", "tokenserver_ca_presigned_signatures", "tokenserver_ca_whole_signatures")
     values = dict(re.findall(r"^(" + "|".join(names) + r") ([0-9.e+]+)$", text, re.M))
     return [float(values.get(name, 0)) for name in names]
-commits_before, server_before, threads_before = commits(), cpu_seconds(), thread_seconds()
+def steal_seconds():
+    # The host's steal time over all CPUs (/proc/stat's eighth "cpu" field): CPU the host gave elsewhere.
+    return int(open("/proc/stat").readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+commits_before, server_before, threads_before, steal_before = commits(), cpu_seconds(), thread_seconds(), steal_seconds()
 # PERF_SECONDS=N: a system-wide perf recording of N seconds from the second second of the run on
 # (call graphs by DWARF, 499 samples/s per CPU; it slows the run), attributed afterwards.
 perf_seconds = float(os.environ.get("PERF_SECONDS") or 0)
@@ -125,6 +139,7 @@ output = load.communicate()[0]
 if load.returncode != 0:
     sys.exit(f"issuance_load: wrk failed ({load.returncode})")
 server_cpu, threads_after, commits_after = cpu_seconds() - server_before, thread_seconds(), commits()
+steal = steal_seconds() - steal_before
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 result = next(line for line in output.splitlines() if line.startswith("RESULT "))
 print(f"http POST /v1/certificates ({connections} connections, wrk -t2, {bodies} distinct requests): {result[len('RESULT '):]}")
@@ -141,6 +156,9 @@ print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} cert
 presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
 print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
+print(f"host steal time during the run: {steal:.2f} s (of {2 * float(os.environ['SECONDS_RUN']):.0f} CPU-seconds)")
+with open(os.environ["HTTP_COSTS"], "w") as costs:  # for the floor's comparison below
+    costs.write(f"{rate} {server_cpu / requests * 1e6} {(usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6}\n")
 if perf_seconds:
     print(f"where the CPU went during {perf_seconds:g} s of the run (perf, µs per request at this run's rate; scripts/perf_attribution.py):", flush=True)
     script = subprocess.run(["perf", "script", "-i", os.environ["PERF_DATA"], "-F", "comm,tid,ip,sym,dso"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
@@ -150,3 +168,29 @@ if errors:
     sys.exit(f"issuance_load: {errors} errors")
 PY
 echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"
+
+# 4. The floor: what a request costs this server and wrk when the route does nothing (GET /healthz,
+# same connections and time), and the ratio an issuance would reach if HTTP added only that.
+python3 - "$server" "http://127.0.0.1:$port/healthz" "$seconds" "$connections" "$library_rate" "$library_cpu" "$work/http_costs" <<'PY'
+import os, re, resource, subprocess, sys
+server, url, seconds, connections, library_rate, library_cpu, costs = sys.argv[1:8]
+def cpu_seconds():
+    fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+before_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+before = cpu_seconds()
+output = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", url], stdout=subprocess.PIPE, text=True, check=True).stdout
+server_us = cpu_seconds() - before
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+requests = int(re.search(r"(\d+) requests in", output).group(1))
+floor_server = server_us / requests * 1e6
+floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / requests * 1e6
+print(f"floor, GET /healthz ({connections} connections, wrk -t2): {requests / float(seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
+if library_cpu:
+    library = float(library_cpu)
+    rate, server, wrk = (float(value) for value in open(costs).read().split())
+    print(f"  an issuance costing the library's {library:.0f} µs a certificate plus this floor: "
+          f"{library / (library + floor_server + floor_wrk):.3f} of the library's rate at the same busy share")
+    print(f"  this run's issuance request: server {server:.0f} + wrk {wrk:.0f} µs = library {library:.0f} + floor {floor_server + floor_wrk:.0f} "
+          f"+ {server + wrk - library - floor_server - floor_wrk:.0f} µs more (JSON in and out, larger reads and writes, smaller ledger batches, hops)")
+PY
