@@ -16,6 +16,9 @@ struct TokenBench: AsyncParsableCommand {
             re-initialised per token for HS256). TokenKit rows include parsing and every claim check. \
             Before timing, every row must verify the algorithm it claims and refuse a tampered token.
 
+            For HS256 also tokenkit.native.HS256.expired: the same tokens refused as expired (a \
+            clock an hour past their exp), the error and its message built as a caller gets them.
+
             Then: throughput with N tasks on N cores and its ratio to one core, and heap allocations \
             per verification.
 
@@ -125,7 +128,7 @@ struct TokenBench: AsyncParsableCommand {
         print("tokenbench: \(seconds) s × \(reps) repetitions per row; \(cores) cores; \(Workload.tokenCount) tokens per algorithm")
         print(Row.header)
         for algorithm in [JWTAlgorithm.rs256, .hs256, .es256, .eddsa] {
-            let names = ["openssl-raw.limit.\(algorithm)", "tokenkit.native.\(algorithm).cache-hit"]
+            let names = ["openssl-raw.limit.\(algorithm)", "tokenkit.native.\(algorithm).cache-hit", "tokenkit.native.\(algorithm).expired"]
                 + JWTVerifier.Engine.allCases.map { "tokenkit.\($0.rawValue).\(algorithm)" }
             if filter != nil, !names.contains(where: selected) { continue }
             let workload = try Workload(algorithm)
@@ -141,6 +144,16 @@ struct TokenBench: AsyncParsableCommand {
             let cached = try workload.verifier(engine: .native, cache: VerifiedTokenCache(capacity: 2 * Workload.tokenCount))
             let cachedTokens = workload.tokens
             candidates.append(("tokenkit.native.\(algorithm).cache-hit", { i in (try? cached.verify(cachedTokens[i])) != nil }))
+            if algorithm == .hs256 {
+                // A refusal, the commonest one: every token past its `exp` (a clock an hour after
+                // it), signature checked, then refused with the message a caller sees. True when
+                // refused as expired, so the row's check counts refusals.
+                let late = try workload.verifier(engine: .native, clock: .fixed(Workload.expiry + 3600))
+                candidates.append(("tokenkit.native.\(algorithm).expired", { i in
+                    do throws(TokenError) { _ = try late.verify(cachedTokens[i]) } catch { return error.code == .expired && !error.message.isEmpty }
+                    return false
+                }))
+            }
             let limitBody = candidates[0].1
             for (name, body) in candidates {
                 if !selected(name) { continue }

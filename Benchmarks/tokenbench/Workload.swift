@@ -4,6 +4,8 @@ import TokenKit
 /// 1000 HAT-shaped tokens for one algorithm, with the keys that made them.
 struct Workload {
     static let tokenCount = 1000
+    /// Every token's `exp` (2100-01-01T00:00:00Z).
+    static let expiry: NumericDate = 4_102_444_800
     let algorithm: JWTAlgorithm
     let key: JWTKey
     let tokens: [String]
@@ -21,13 +23,13 @@ struct Workload {
         let now = Int(Date().timeIntervalSince1970)
         tokens = try (0..<Workload.tokenCount).map { i in
             // The same claims, in the same order, as the peer harness's tokens.
-            let payload = #"{"iss":"postman.hubat.net","sub":"1-\#(String(format: "%043d", i))","application":"testing","applicationVersion":"1.0.0","exp":4102444800,"iat":\#(now),"jti":"\#(UUID().uuidString.lowercased())"}"#
+            let payload = #"{"iss":"postman.hubat.net","sub":"1-\#(String(format: "%043d", i))","application":"testing","applicationVersion":"1.0.0","exp":\#(Int(Workload.expiry)),"iat":\#(now),"jti":"\#(UUID().uuidString.lowercased())"}"#
             return try signer.signJWS(payload: Array(payload.utf8))
         }
     }
 
-    func verifier(engine: JWTVerifier.Engine, cache: VerifiedTokenCache? = nil) throws -> JWTVerifier {
-        try JWTVerifier(key: key.publicKey, policy: policy, engine: engine, cache: cache)
+    func verifier(engine: JWTVerifier.Engine, cache: VerifiedTokenCache? = nil, clock: VerificationClock = .system) throws -> JWTVerifier {
+        try JWTVerifier(key: key.publicKey, policy: policy, engine: engine, clock: clock, cache: cache)
     }
 
     func rawLimit() throws -> RawLimit {
