@@ -3,6 +3,7 @@ import Logging
 import PeerCA
 import ServiceLifecycle
 import Synchronization
+import TokenKit
 
 /// The accounts whose sessions have ended (logout, or an operator's revocation by account), as
 /// the ledger records them, held in memory for the hot path: a token of such an account issued
@@ -37,7 +38,7 @@ final class SessionDenyList: Service, Sendable {
         guard let issued = identity.issuedAt, issued > end else {
             throw ServiceRefusal(
                 "session_ended",
-                "the account's sessions were ended at \(ISO8601DateFormatter().string(from: end)); sign in again for a new token")
+                "the account's sessions were ended at \(ISO8601Text.string(end)); sign in again for a new token")
         }
     }
 

@@ -341,7 +341,7 @@ public final class TokenService: Sendable {
             logger.notice("sessions ended", metadata: ["account": "\(account)", "by": "\(by)", "revoked": "\(revoked.count)"])
             return .json(200, .object([
                 "account": .string(account), "revoked": .array(revoked.map { .string($0.serial) }),
-                "endedAt": .string(ISO8601DateFormatter().string(from: now)), "reason": .string(reason.name),
+                "endedAt": .string(ISO8601Text.string(now)), "reason": .string(reason.name),
             ]))
         } catch {
             logger.error("ending sessions failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])

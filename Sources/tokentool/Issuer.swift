@@ -73,9 +73,8 @@ struct IssuerList: ParsableCommand {
     func run() throws { try IssuerList.show(dir) }
 
     static func show(_ dir: String) throws {
-        let formatter = ISO8601DateFormatter()
         for entry in try IssuerKeyRing.entries(directory: dir) {
-            let until = entry.publishUntil.map { " (published until \(formatter.string(from: $0)))" } ?? ""
+            let until = entry.publishUntil.map { " (published until \(ISO8601Text.string($0)))" } ?? ""
             print("\(entry.kid)  \(entry.state.rawValue)\(until)")
         }
     }

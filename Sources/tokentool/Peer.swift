@@ -92,7 +92,7 @@ struct PeerVerifyCommand: AsyncParsableCommand {
             print("TRUSTED \(identity.spiffeID)")
             if let cn = identity.commonName { print("  CN: \(cn)") }
             print("  serial: \(identity.serial)")
-            print("  not after: \(ISO8601DateFormatter().string(from: identity.notAfter))")
+            print("  not after: \(ISO8601Text.string(identity.notAfter))")
         } catch {
             throw CLIExit(code: 1, message: "UNTRUSTED \(error.code.rawValue): \(error.message)")
         }

@@ -158,9 +158,8 @@ extension RegisteredClaims {
     /// Claims with human-readable times, for display.
     var summary: [String] {
         var lines: [String] = []
-        let formatter = ISO8601DateFormatter()
         func time(_ name: String, _ value: NumericDate?) {
-            if let value { lines.append("\(name): \(formatter.string(from: Date(timeIntervalSince1970: value))) (\(value == value.rounded() ? String(Int(value)) : String(value)))") }
+            if let value { lines.append("\(name): \(ISO8601Text.string(Date(timeIntervalSince1970: value))) (\(value == value.rounded() ? String(Int(value)) : String(value)))") }
         }
         if let issuer { lines.append("iss: \(issuer)") }
         if let subject { lines.append("sub: \(subject)") }

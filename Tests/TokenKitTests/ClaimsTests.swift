@@ -30,6 +30,24 @@ struct ClaimsTests {
         #expect(verdict(fractional, ClaimsPolicy(leeway: 0), at: t + 0.3) == .expired)
     }
 
+    /// The refusals name their times as ISO 8601 text in UTC, whole seconds (ISO8601Text: the
+    /// text `ISO8601DateFormatter` gave, without building one per refusal).
+    @Test func refusalsNameTheirTimes() throws {
+        func message(_ claims: [String: JSONValue], at now: NumericDate) throws -> String? {
+            let jwt = try token(claims)
+            do {
+                _ = try JWTVerifier(key: hs256Key, policy: ClaimsPolicy(leeway: 0), clock: .fixed(now)).verify(jwt)
+                return nil
+            } catch { return error.message }
+        }
+        let expired = try #require(try message(["exp": .integer(1_700_000_000)], at: 1_700_000_090))
+        #expect(expired.contains("the token expired at 2023-11-14T22:13:20Z (90 s ago"), "\(expired)")
+        let early = try #require(try message(["exp": .integer(4_102_444_800), "nbf": .number("951782400.75")], at: 951_782_000))
+        #expect(early.contains("not valid before 2000-02-29T00:00:00Z"), "\(early)")  // a leap day; the fraction dropped
+        let future = try #require(try message(["exp": .integer(4_102_444_800), "iat": .integer(4_102_444_799)], at: 1_700_000_000))
+        #expect(future.contains("issued at 2099-12-31T23:59:59Z"), "\(future)")
+    }
+
     @Test func expirationRequiredByDefault() throws {
         let noExp = try token(["sub": .string("a")])
         #expect(verdict(noExp) == .missingClaim)

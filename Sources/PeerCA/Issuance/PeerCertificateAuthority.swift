@@ -216,7 +216,7 @@ public final class PeerCertificateAuthority: Sendable {
         let (notBefore, notAfter) = try lifetime(now: now, until: sessionEnd, validity: validity) { () throws(PeerCAError) in
             throw PeerCAError(
                 .sessionExpired,
-                "the session began at \(ISO8601DateFormatter().string(from: sessionStart)) and may last \(Int(maximumSessionAge)) s; sign in again")
+                "the session began at \(ISO8601Text.string(sessionStart)) and may last \(Int(maximumSessionAge)) s; sign in again")
         }
         return try await sign(
             identity, csr: csr, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: sessionStart,

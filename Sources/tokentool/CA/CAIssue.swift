@@ -82,13 +82,13 @@ struct CAIssue: AsyncParsableCommand {
         if json {
             Output.json(.object([
                 "serial": .string(issued.serial), "spiffeID": .string(issued.identity.spiffeID),
-                "notBefore": .string(ISO8601DateFormatter().string(from: issued.notBefore)),
-                "notAfter": .string(ISO8601DateFormatter().string(from: issued.notAfter)), "chain": .string(issued.chainPEM),
+                "notBefore": .string(ISO8601Text.string(issued.notBefore)),
+                "notAfter": .string(ISO8601Text.string(issued.notAfter)), "chain": .string(issued.chainPEM),
                 "identity": issued.identity.jsonValue,
             ]))
         } else {
             print(issued.chainPEM, terminator: "")
         }
-        printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601DateFormatter().string(from: issued.notAfter))")
+        printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601Text.string(issued.notAfter))")
     }
 }

@@ -36,19 +36,18 @@ struct CAList: AsyncParsableCommand {
         let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
         }
-        let formatter = ISO8601DateFormatter()
         if json {
             Output.json(.array(entries.prefix(limit).map { entry in
                 var object: [String: JSONValue] = [
                     "serial": .string(entry.serial), "subject": .string(entry.subject), "commonName": .string(entry.commonName),
                     "tokenIssuer": .string(entry.tokenIssuer), "tokenSubject": .string(entry.tokenSubject),
-                    "keyFingerprint": .string(entry.keyFingerprint), "notBefore": .string(formatter.string(from: entry.notBefore)),
-                    "notAfter": .string(formatter.string(from: entry.notAfter)), "status": .string("valid"),
+                    "keyFingerprint": .string(entry.keyFingerprint), "notBefore": .string(ISO8601Text.string(entry.notBefore)),
+                    "notAfter": .string(ISO8601Text.string(entry.notAfter)), "status": .string("valid"),
                 ]
                 if let id = entry.tokenID { object["tokenID"] = .string(id) }
                 if case .revoked(let at, let reason) = entry.status {
                     object["status"] = .string("revoked")
-                    object["revokedAt"] = .string(formatter.string(from: at))
+                    object["revokedAt"] = .string(ISO8601Text.string(at))
                     object["reason"] = .string(reason.name)
                 }
                 return .object(object)
@@ -61,7 +60,7 @@ struct CAList: AsyncParsableCommand {
             case .valid: status = entry.notAfter < Date() ? "expired" : "valid"
             case .revoked(_, let reason): status = "revoked(\(reason.name))"
             }
-            print("\(entry.serial)  \(status)  until \(formatter.string(from: entry.notAfter))  \(entry.subject)")
+            print("\(entry.serial)  \(status)  until \(ISO8601Text.string(entry.notAfter))  \(entry.subject)")
         }
     }
 }

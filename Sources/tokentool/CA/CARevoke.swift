@@ -1,6 +1,7 @@
 public import ArgumentParser
 import Foundation
 public import PeerCA
+import TokenKit
 
 extension LedgerEntry.RevocationReason: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
@@ -64,7 +65,7 @@ struct CARevoke: AsyncParsableCommand {
             try await ca.revoke(serial: serial, reason: reason ?? .unspecified)
         }
         if case .revoked(let at, let reason) = entry.status {
-            print("revoked \(entry.serial) (\(entry.subject)) at \(ISO8601DateFormatter().string(from: at)): \(reason.name)")
+            print("revoked \(entry.serial) (\(entry.subject)) at \(ISO8601Text.string(at)): \(reason.name)")
         }
     }
 
@@ -74,12 +75,10 @@ struct CARevoke: AsyncParsableCommand {
         let revoked = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             try await ca.ledger.revokeAccount(account, reason: reason ?? .unspecified, at: now)
         }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         for entry in revoked {
             print("revoked \(entry.serial) (\(entry.subject)): \((reason ?? .unspecified).name)")
         }
         let count = revoked.count == 1 ? "1 certificate" : "\(revoked.count) certificates"
-        print("revoked \(count) of \(account); its sessions before \(formatter.string(from: now)) are ended")
+        print("revoked \(count) of \(account); its sessions before \(now.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))) are ended")
     }
 }
