@@ -36,7 +36,7 @@ echo "issuance_load: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/lo
 library=$("$bin/tokenbench" --issuance --filter 'peerca.issuance.2core$' --seconds "$seconds" --reps 1 | grep '^peerca.issuance.2core')
 echo "$library"
 library_rate=$(echo "$library" | awk '{print $2}')
-library_cpu=$(echo "$library" | grep -o 'CPU [0-9.]* µs/cert' | awk '{print $2}')
+library_cpu=$(echo "$library" | grep -o 'CPU [0-9.]* µs/cert' | awk '{print $2}' || true)  # empty when the row printed none
 
 # 2. The server, and the requests.
 start_serve "$bin/tokentool"  # sets $server and $port (the OS picked it)
@@ -145,6 +145,8 @@ result = next(line for line in output.splitlines() if line.startswith("RESULT ")
 print(f"http POST /v1/certificates ({connections} connections, wrk -t2, {bodies} distinct requests): {result[len('RESULT '):]}")
 fields = result.split()
 rate, requests, errors = float(fields[2]), int(fields[8]), int(fields[10])
+if requests == 0:
+    sys.exit("issuance_load: wrk completed no request")
 print(f"CPU per request: server {server_cpu / requests * 1e6:.0f} µs, wrk {(usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6:.0f} µs")
 by_group = {}
 for tid, (group, seconds) in threads_after.items():
@@ -156,7 +158,7 @@ print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} cert
 presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
 print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
-print(f"host steal time during the run: {steal:.2f} s (of {2 * float(os.environ['SECONDS_RUN']):.0f} CPU-seconds)")
+print(f"host steal time during the run: {steal:.2f} s (of {(os.cpu_count() or 1) * float(os.environ['SECONDS_RUN']):.0f} CPU-seconds)")
 with open(os.environ["HTTP_COSTS"], "w") as costs:  # for the floor's comparison below
     costs.write(f"{rate} {server_cpu / requests * 1e6} {(usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6}\n")
 if perf_seconds:
@@ -171,26 +173,34 @@ echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1
 
 # 4. The floor: what a request costs this server and wrk when the route does nothing (GET /healthz,
 # same connections and time), and the ratio an issuance would reach if HTTP added only that.
-python3 - "$server" "http://127.0.0.1:$port/healthz" "$seconds" "$connections" "$library_rate" "$library_cpu" "$work/http_costs" <<'PY'
+python3 - "$server" "http://127.0.0.1:$port/healthz" "$seconds" "$connections" "$library_cpu" "$work/http_costs" <<'PY'
 import os, re, resource, subprocess, sys
-server, url, seconds, connections, library_rate, library_cpu, costs = sys.argv[1:8]
+pid, url, seconds, connections, library_cpu, costs = sys.argv[1:7]
 def cpu_seconds():
-    fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def wrk(duration):
+    return subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}", url], stdout=subprocess.PIPE, text=True, check=True).stdout
+wrk("1s")  # warm-up, as for the issuance run
 before_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 before = cpu_seconds()
-output = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", url], stdout=subprocess.PIPE, text=True, check=True).stdout
-server_us = cpu_seconds() - before
+output = wrk(f"{seconds}s")
+server_seconds = cpu_seconds() - before
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-requests = int(re.search(r"(\d+) requests in", output).group(1))
-floor_server = server_us / requests * 1e6
+found = re.search(r"(\d+) requests in", output)
+requests = int(found.group(1)) if found else 0
+if requests == 0 or "Non-2xx" in output or "Socket errors" in output:
+    sys.exit("issuance_load: the floor run failed:\n" + output)
+floor_server = server_seconds / requests * 1e6
 floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / requests * 1e6
 print(f"floor, GET /healthz ({connections} connections, wrk -t2): {requests / float(seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
 if library_cpu:
     library = float(library_cpu)
-    rate, server, wrk = (float(value) for value in open(costs).read().split())
+    _, issue_server, issue_wrk = (float(value) for value in open(costs).read().split())
     print(f"  an issuance costing the library's {library:.0f} µs a certificate plus this floor: "
           f"{library / (library + floor_server + floor_wrk):.3f} of the library's rate at the same busy share")
-    print(f"  this run's issuance request: server {server:.0f} + wrk {wrk:.0f} µs = library {library:.0f} + floor {floor_server + floor_wrk:.0f} "
-          f"+ {server + wrk - library - floor_server - floor_wrk:.0f} µs more (JSON in and out, larger reads and writes, smaller ledger batches, hops)")
+    extra = issue_server + issue_wrk - library - floor_server - floor_wrk
+    print(f"  this run's issuance request: server {issue_server:.0f} + wrk {issue_wrk:.0f} µs = library {library:.0f} + floor {floor_server + floor_wrk:.0f} "
+          f"+ {extra:.0f} µs more (JSON in and out, larger reads and writes, smaller ledger batches, hops"
+          + ("; perf's own overhead too, with PERF_SECONDS)" if os.environ.get("PERF_SECONDS") else ")"))
 PY

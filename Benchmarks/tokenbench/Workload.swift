@@ -6,6 +6,8 @@ struct Workload {
     static let tokenCount = 1000
     /// Every token's `exp` (2100-01-01T00:00:00Z).
     static let expiry: NumericDate = 4_102_444_800
+    /// An hour past every token's `exp`: the clock of the refusal rows (names ending `.expired`).
+    static let lateClock = VerificationClock.fixed(expiry + 3600)
     let algorithm: JWTAlgorithm
     let key: JWTKey
     let tokens: [String]
@@ -42,10 +44,14 @@ struct Workload {
         return try RawLimit(algorithm: algorithm, publicKeyPEM: key.publicPEM(), secret: nil, tokens: tokens)
     }
 
-    /// Refuses to time a row that does not verify what it claims: every token must pass, the
-    /// header must name the algorithm, and a token with one flipped signature bit must fail.
+    /// Refuses to time a row that does not do what it claims: `body` must hold for every token
+    /// (a verify row: it verified; a refusal row, `.expired`: refused as expired), the header must
+    /// name the algorithm, and a token with one flipped signature bit must fail — for a refusal row,
+    /// on its own clock, with a signature error: so the row's refusals come after the signature
+    /// check, never instead of it.
     func check(name: String, _ body: (Int) -> Bool) throws {
-        for i in 0..<tokens.count where !body(i) { throw BenchError("\(name): token \(i) did not verify") }
+        let refusal = name.hasSuffix(".expired")
+        for i in 0..<tokens.count where !body(i) { throw BenchError("\(name): token \(i) was not \(refusal ? "refused as expired" : "verified")") }
         let header = try UnverifiedToken(tokens[0]).header
         guard header["alg"] == .string(algorithm.rawValue) else { throw BenchError("\(name): tokens are not \(algorithm)") }
         var parts = tokens[0].split(separator: ".").map(String.init)
@@ -59,9 +65,14 @@ struct Workload {
         } else {
             let engine: JWTVerifier.Engine = name.contains("libjwt") ? .libjwt : .native
             let cache = name.contains("cache") ? VerifiedTokenCache() : nil
-            if (try? tampered.verifier(engine: engine, cache: cache).verify(tampered.tokens[0])) != nil {
-                throw BenchError("\(name): accepted a tampered signature")
-            }
+            let verifier = try tampered.verifier(engine: engine, cache: cache, clock: refusal ? Workload.lateClock : .system)
+            let refused: TokenError.Code?
+            do throws(TokenError) {
+                _ = try verifier.verify(tampered.tokens[0])
+                refused = nil
+            } catch { refused = error.code }
+            guard let refused else { throw BenchError("\(name): accepted a tampered signature") }
+            if refusal, refused == .expired { throw BenchError("\(name): refused a tampered signature as expired, before checking it") }
         }
     }
 

@@ -30,8 +30,8 @@ struct ClaimsTests {
         #expect(verdict(fractional, ClaimsPolicy(leeway: 0), at: t + 0.3) == .expired)
     }
 
-    /// The refusals name their times as ISO 8601 text in UTC, whole seconds (ISO8601Text: the
-    /// text `ISO8601DateFormatter` gave, without building one per refusal).
+    /// The refusals name their times as ISO 8601 text in UTC, whole seconds, a fraction dropped
+    /// (ISO8601Text: `ISO8601DateFormatter`'s text, without building one per refusal).
     @Test func refusalsNameTheirTimes() throws {
         func message(_ claims: [String: JSONValue], at now: NumericDate) throws -> String? {
             let jwt = try token(claims)

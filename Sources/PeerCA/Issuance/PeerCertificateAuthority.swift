@@ -200,7 +200,7 @@ public final class PeerCertificateAuthority: Sendable {
     ) async throws(PeerCAError) -> IssuedCertificate {
         let now = Date(timeIntervalSince1970: clock.now)
         guard current.status == .valid else { throw PeerCAError(.revoked, "certificate \(current.serial) is revoked") }
-        guard current.notAfter > now else { throw PeerCAError(.tokenExpired, "certificate \(current.serial) expired at \(current.notAfter)") }
+        guard current.notAfter > now else { throw PeerCAError(.tokenExpired, "certificate \(current.serial) expired at \(ISO8601Text.string(current.notAfter))") }
         let sessionStart = current.sessionStart ?? current.issuedAt
         let sessionEnd = sessionStart.addingTimeInterval(maximumSessionAge)
         guard let trustDomain = SPIFFE.parse(current.subject)?.trustDomain, trustDomain == policy.trustDomain else {
