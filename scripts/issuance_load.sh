@@ -91,10 +91,11 @@ url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
 # The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
 # (getrusage of the child once it has exited), the ledger's commits (the server's /metrics).
-SECONDS_RUN="$seconds" HTTP_COSTS="$work/http_costs" PERF_DATA="$work/perf.data" python3 - "$server" "http://127.0.0.1:$port/metrics" "$library_rate" "$connections" "$bodies" \
+PERF_DATA="$work/perf.data" python3 - "$server" "$port" "$library_rate" "$library_cpu" "$seconds" "$connections" "$bodies" \
     wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
 import os, re, resource, subprocess, sys, time, urllib.request
-server, metrics, library_rate, connections, bodies, wrk = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+server, port, library_rate, library_cpu, run_seconds, connections, bodies, wrk = sys.argv[1:8] + [sys.argv[8:]]
+library_rate, metrics = float(library_rate), f"http://127.0.0.1:{port}/metrics"
 def cpu_seconds():
     fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -158,9 +159,8 @@ print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} cert
 presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
 print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
-print(f"host steal time during the run: {steal:.2f} s (of {(os.cpu_count() or 1) * float(os.environ['SECONDS_RUN']):.0f} CPU-seconds)")
-with open(os.environ["HTTP_COSTS"], "w") as costs:  # for the floor's comparison below
-    costs.write(f"{rate} {server_cpu / requests * 1e6} {(usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6}\n")
+print(f"host steal time during the run: {steal:.2f} s (of {(os.cpu_count() or 1) * float(run_seconds):.0f} CPU-seconds)")
+issue_server, issue_wrk = server_cpu / requests * 1e6, (usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6
 if perf_seconds:
     print(f"where the CPU went during {perf_seconds:g} s of the run (perf, µs per request at this run's rate; scripts/perf_attribution.py):", flush=True)
     script = subprocess.run(["perf", "script", "-i", os.environ["PERF_DATA"], "-F", "comm,tid,ip,sym,dso"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
@@ -168,39 +168,29 @@ if perf_seconds:
                    input=script.stdout, check=True)
 if errors:
     sys.exit(f"issuance_load: {errors} errors")
-PY
-echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"
-
 # 4. The floor: what a request costs this server and wrk when the route does nothing (GET /healthz,
 # same connections and time), and the ratio an issuance would reach if HTTP added only that.
-python3 - "$server" "http://127.0.0.1:$port/healthz" "$seconds" "$connections" "$library_cpu" "$work/http_costs" <<'PY'
-import os, re, resource, subprocess, sys
-pid, url, seconds, connections, library_cpu, costs = sys.argv[1:7]
-def cpu_seconds():
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-def wrk(duration):
-    return subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}", url], stdout=subprocess.PIPE, text=True, check=True).stdout
-wrk("1s")  # warm-up, as for the issuance run
-before_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-before = cpu_seconds()
-output = wrk(f"{seconds}s")
-server_seconds = cpu_seconds() - before
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def wrk_healthz(duration):
+    return subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}", f"http://127.0.0.1:{port}/healthz"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout
+wrk_healthz("1s")  # warm-up, as for the issuance run
+before_usage, before = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds()
+output = wrk_healthz(f"{run_seconds}s")
+server_seconds, usage = cpu_seconds() - before, resource.getrusage(resource.RUSAGE_CHILDREN)
 found = re.search(r"(\d+) requests in", output)
-requests = int(found.group(1)) if found else 0
-if requests == 0 or "Non-2xx" in output or "Socket errors" in output:
+floor_requests = int(found.group(1)) if found else 0
+if floor_requests == 0 or "Non-2xx" in output or "Socket errors" in output:
     sys.exit("issuance_load: the floor run failed:\n" + output)
-floor_server = server_seconds / requests * 1e6
-floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / requests * 1e6
-print(f"floor, GET /healthz ({connections} connections, wrk -t2): {requests / float(seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
+floor_server = server_seconds / floor_requests * 1e6
+floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / floor_requests * 1e6
+print(f"floor, GET /healthz ({connections} connections, wrk -t2): {floor_requests / float(run_seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
 if library_cpu:
     library = float(library_cpu)
-    _, issue_server, issue_wrk = (float(value) for value in open(costs).read().split())
     print(f"  an issuance costing the library's {library:.0f} µs a certificate plus this floor: "
           f"{library / (library + floor_server + floor_wrk):.3f} of the library's rate at the same busy share")
     extra = issue_server + issue_wrk - library - floor_server - floor_wrk
     print(f"  this run's issuance request: server {issue_server:.0f} + wrk {issue_wrk:.0f} µs = library {library:.0f} + floor {floor_server + floor_wrk:.0f} "
           f"+ {extra:.0f} µs more (JSON in and out, larger reads and writes, smaller ledger batches, hops"
-          + ("; perf's own overhead too, with PERF_SECONDS)" if os.environ.get("PERF_SECONDS") else ")"))
+          + ("; perf's own overhead too, with PERF_SECONDS)" if perf_seconds else ")"))
 PY
+echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"

@@ -6,8 +6,10 @@ struct Workload {
     static let tokenCount = 1000
     /// Every token's `exp` (2100-01-01T00:00:00Z).
     static let expiry: NumericDate = 4_102_444_800
-    /// An hour past every token's `exp`: the clock of the refusal rows (names ending `.expired`).
-    static let lateClock = VerificationClock.fixed(expiry + 3600)
+    /// An hour and a quarter of a second past every token's `exp`: the clock of the refusal rows
+    /// (names ending `.expired`). A fraction, as a live clock always has, so the message's seconds
+    /// take the path they take in a service.
+    static let lateClock = VerificationClock.fixed(expiry + 3600.25)
     let algorithm: JWTAlgorithm
     let key: JWTKey
     let tokens: [String]
