@@ -48,6 +48,25 @@ struct ClaimsTests {
         #expect(future.contains("issued at 2099-12-31T23:59:59Z"), "\(future)")
     }
 
+    /// A refusal's seconds read as `String(format: "%.3f")` wrote them, without calling it on the
+    /// usual values: fractions of every size, halves of a millisecond, values whose product by 1000
+    /// lies near a half, negatives, the limits of the fast path.
+    @Test func refusalSecondsMatchThePrintfText() {
+        var values: [Double] = [0.0004, -0.0004, 0.0005, 0.0015, 0.1, 0.25, 0.9995, 1.0005, 59.9999, 60.5, 95_744_549.607,
+                                1_700_000_000.0625, 999_999_999_999.9, 1_000_000_000_000.5, -3.14159, 1e-9, .nan, .infinity]
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let magnitude = [1.0, 100, 1e5, 1e9, 1e11][Int.random(in: 0..<5, using: &random)]
+            values.append(Double.random(in: -magnitude...magnitude, using: &random))
+            // Near a half-millisecond: the cases the product's own rounding could tip.
+            values.append((Double(Int.random(in: 0..<10_000_000, using: &random)) + 0.5) / 1000)
+        }
+        for value in values where value != value.rounded() || !value.isFinite {
+            #expect(ClaimsPolicy.seconds(value) == String(format: "%.3f", value), "\(value)")
+        }
+        #expect(ClaimsPolicy.seconds(90) == "90")
+    }
+
     @Test func expirationRequiredByDefault() throws {
         let noExp = try token(["sub": .string("a")])
         #expect(verdict(noExp) == .missingClaim)
