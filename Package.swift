@@ -85,9 +85,15 @@ let package = Package(
         ),
         // PeerCA presigner thread: scheduling (SCHED_IDLE) and the exit gate for its OpenSSL calls.
         .target(name: "CBackgroundThread"),
+        // The system OpenSSL initialised before main without its exit-time cleanup, which crashed
+        // processes whose threads were leaving or inside OpenSSL as they exited.
+        .target(
+            name: "COpenSSLProcess",
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
         .target(
             name: "TokenKit",
-            dependencies: ["COpenSSL", "CLibJWT"],
+            dependencies: ["COpenSSL", "CLibJWT", "COpenSSLProcess"],
             swiftSettings: strictSettings
         ),
         .target(
@@ -192,9 +198,16 @@ let package = Package(
             exclude: ["keyserver.py", "openweb_server.py", "accept_log.py"],
             swiftSettings: strictSettings
         ),
+        // Test-only: a probe of the system OpenSSL at the end of a process's exit, run in a new
+        // process of the test binary (OpenSSLExitTests).
+        .target(
+            name: "CExitProbe",
+            path: "Tests/CExitProbe",
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
         .testTarget(
             name: "TokenKitTests",
-            dependencies: ["TokenKit", "PDAKeys", "PeerCA", "TestSupport"],
+            dependencies: ["TokenKit", "PDAKeys", "PeerCA", "TestSupport", "CExitProbe"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -22,7 +22,10 @@ int tokentool_thread_id(void);
 // handlers run in the reverse order of registration, and OpenSSL registered its own when it was
 // first used (before any thread could call enter), so this one runs first: it closes the gate and
 // waits until no thread is inside. Once the gate is closed, enter never returns (the thread sleeps
-// until the process ends), so nothing of the thread's touches OpenSSL again.
+// until the process ends), so nothing of the thread's touches OpenSSL again. Since TokenKit's
+// COpenSSLProcess initialises OpenSSL without that cleanup (which also crashed exits where a pool
+// thread was leaving, beyond this gate's reach), the gate only keeps the presigner from starting
+// new work once the process is ending.
 void tokentool_background_enter(void);
 void tokentool_background_leave(void);
 
