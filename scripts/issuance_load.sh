@@ -10,9 +10,11 @@
 #     server's by thread (/proc/PID/task: Swift's pool, NIO's event loops, GRDB's queues, presigner),
 #     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate;
 #     the host's steal time during the run (/proc/stat);
-#  4. the floor: wrk on GET /healthz (no body, no work) for the same time and connections, its server
-#     and wrk CPU per request, and the ratio an issuance would reach if HTTP added only that floor to
-#     the library's CPU per certificate — and what this run's requests add beyond floor and library.
+#  4. two floors, each for the same time and connections: wrk on GET /healthz (no body, no work), and
+#     on POST /v1/certificates with this run's bodies naming a provider the server does not have
+#     (each body read and its JSON parsed, then a 400); their server and wrk CPU per request, the
+#     ratio an issuance would reach if HTTP added only that floor to the library's CPU per
+#     certificate, and what this run's requests add beyond the POST floor and the library.
 # wrk runs on the same 2 cores as the server: it takes CPU the server would otherwise have.
 # Usage: scripts/issuance_load.sh [SECONDS] [CONNECTIONS] [BODIES]   (defaults 10 s, 32, 256)
 # PERF_SECONDS=N (N < SECONDS - 1): also record the whole machine with perf for N seconds of the HTTP
@@ -87,6 +89,9 @@ done = function(summary, latency, requests)
     summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests, errors))
 end
 LUA
+# The same requests naming a provider the server does not have, for the request floor (step 4).
+sed 's/"provider": "dev"/"provider": "none"/' "$work/bodies.lua" > "$work/refused_bodies.lua"
+sed "s|$work/bodies.lua|$work/refused_bodies.lua|" "$work/certificates.lua" > "$work/refused.lua"
 url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
 # The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
@@ -168,29 +173,40 @@ if perf_seconds:
                    input=script.stdout, check=True)
 if errors:
     sys.exit(f"issuance_load: {errors} errors")
-# 4. The floor: what a request costs this server and wrk when the route does nothing (GET /healthz,
-# same connections and time), and the ratio an issuance would reach if HTTP added only that.
-def wrk_healthz(duration):
-    return subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}", f"http://127.0.0.1:{port}/healthz"],
-                          stdout=subprocess.PIPE, text=True, check=True).stdout
-wrk_healthz("1s")  # warm-up, as for the issuance run
-before_usage, before = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds()
-output = wrk_healthz(f"{run_seconds}s")
-server_seconds, usage = cpu_seconds() - before, resource.getrusage(resource.RUSAGE_CHILDREN)
-found = re.search(r"(\d+) requests in", output)
-floor_requests = int(found.group(1)) if found else 0
-if floor_requests == 0 or "Non-2xx" in output or "Socket errors" in output:
-    sys.exit("issuance_load: the floor run failed:\n" + output)
-floor_server = server_seconds / floor_requests * 1e6
-floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / floor_requests * 1e6
-print(f"floor, GET /healthz ({connections} connections, wrk -t2): {floor_requests / float(run_seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
+# 4. The floors: what a request costs this server and wrk when the route does nothing (GET /healthz),
+# and when it reads this run's request bodies, parses their JSON and refuses them before any work
+# (POST /v1/certificates naming a provider the server does not have: 400 unknown_provider), same
+# connections and time; and the ratio an issuance would reach if HTTP added only that.
+def floor(label, wrk_arguments, refused):
+    # Runs wrk for a warm-up second and then for the run's time; returns the server's and wrk's CPU µs a request.
+    subprocess.run(wrk_arguments("1s"), stdout=subprocess.DEVNULL, check=True)
+    before_usage, before = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds()
+    output = subprocess.run(wrk_arguments(f"{run_seconds}s"), stdout=subprocess.PIPE, text=True, check=True).stdout
+    server_seconds, usage = cpu_seconds() - before, resource.getrusage(resource.RUSAGE_CHILDREN)
+    found = re.search(r"(\d+) requests in", output)
+    count = int(found.group(1)) if found else 0
+    if refused:  # every request answered, each with a non-2xx status (the Lua's RESULT line counts them)
+        result = re.search(r"^RESULT .* errors (\d+)$", output, re.M)
+        failed = "Socket errors" in output or not result or int(result.group(1)) != count
+    else:
+        failed = "Socket errors" in output or "Non-2xx" in output
+    if count == 0 or failed:
+        sys.exit(f"issuance_load: the floor run ({label}) failed:\n" + output)
+    floor_server = server_seconds / count * 1e6
+    floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / count * 1e6
+    print(f"floor, {label} ({connections} connections, wrk -t2): {count / float(run_seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
+    return floor_server, floor_wrk
+floors = [floor("GET /healthz", lambda duration: ["wrk", "-t2", f"-c{connections}", f"-d{duration}", f"http://127.0.0.1:{port}/healthz"], False),
+          floor("POST /v1/certificates, the run's bodies naming an unknown provider (read, parsed, refused: 400)", lambda duration: wrk[:3] + [f"-d{duration}"] + wrk[4:5] + ["-s", wrk[6].replace("certificates.lua", "refused.lua"), wrk[7]], True)]
 if library_cpu:
     library = float(library_cpu)
-    print(f"  an issuance costing the library's {library:.0f} µs a certificate plus this floor: "
-          f"{library / (library + floor_server + floor_wrk):.3f} of the library's rate at the same busy share")
+    for (floor_server, floor_wrk), name in zip(floors, ("GET", "refused POST")):
+        print(f"  an issuance costing the library's {library:.0f} µs a certificate plus the {name} floor: "
+              f"{library / (library + floor_server + floor_wrk):.3f} of the library's rate at the same busy share")
+    floor_server, floor_wrk = floors[1]
     extra = issue_server + issue_wrk - library - floor_server - floor_wrk
-    print(f"  this run's issuance request: server {issue_server:.0f} + wrk {issue_wrk:.0f} µs = library {library:.0f} + floor {floor_server + floor_wrk:.0f} "
-          f"+ {extra:.0f} µs more (JSON in and out, larger reads and writes, smaller ledger batches, hops"
+    print(f"  this run's issuance request: server {issue_server:.0f} + wrk {issue_wrk:.0f} µs = library {library:.0f} + refused POST floor {floor_server + floor_wrk:.0f} "
+          f"+ {extra:.0f} µs more (a larger reply, smaller ledger batches, hops to the ledger's writer and back"
           + ("; perf's own overhead too, with PERF_SECONDS)" if perf_seconds else ")"))
 PY
 echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded (warm-up included)"
