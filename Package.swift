@@ -89,6 +89,7 @@ let package = Package(
         // processes whose threads were leaving or inside OpenSSL as they exited.
         .target(
             name: "COpenSSLProcess",
+            dependencies: ["COpenSSL"],  // its pkg-config paths (headers, libcrypto) where they are not the system's
             linkerSettings: [.linkedLibrary("crypto")]
         ),
         .target(
@@ -202,6 +203,7 @@ let package = Package(
         // process of the test binary (OpenSSLExitTests).
         .target(
             name: "CExitProbe",
+            dependencies: ["COpenSSL"],
             path: "Tests/CExitProbe",
             linkerSettings: [.linkedLibrary("crypto")]
         ),

@@ -1,6 +1,6 @@
 // See include/CExitProbe.h.
 //
-// With TOKENTOOL_EXIT_PROBE set, a constructor of the test binary (after every program constructor
+// Started with --tokentool-exit-probe as its first argument, a constructor of the test binary (after every program constructor
 // with an earlier priority: COpenSSLProcess's runs at 101) registers an atexit handler, uses
 // OpenSSL's random generator, and exits. Handlers run in the reverse order of their registration,
 // so if that first use of OpenSSL registered OpenSSL's own cleanup, the cleanup runs before the
@@ -11,11 +11,12 @@
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-static const char variable[] = "TOKENTOOL_EXIT_PROBE";
+static const char argument[] = "--tokentool-exit-probe";
 
-const char *tokentool_exit_probe_variable(void) { return variable; }
+const char *tokentool_exit_probe_argument(void) { return argument; }
 
 static void probe_at_exit(void) {
     unsigned char bytes[16];
@@ -25,8 +26,10 @@ static void probe_at_exit(void) {
     if (length > 0) (void)write(1, line, (size_t)length);
 }
 
-__attribute__((constructor(65000))) static void probe(void) {
-    if (getenv(variable) == NULL) return;
+// glibc passes the program's arguments to its constructors.
+__attribute__((constructor(65000))) static void probe(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc < 2 || strcmp(argv[1], argument) != 0) return;
     if (atexit(probe_at_exit) != 0) _exit(4);
     unsigned char bytes[16];
     if (RAND_bytes(bytes, sizeof bytes) != 1) _exit(3);

@@ -1,5 +1,6 @@
 import CExitProbe
 import Foundation
+import TestSupport
 import Testing
 @testable import TokenKit
 
@@ -15,23 +16,24 @@ struct OpenSSLExitTests {
         #expect(OpenSSLProcess.exitCleanupSkipped)
     }
 
-    /// A new process of this test binary runs `CExitProbe`: a constructor (after
+    /// A new process of this test binary, started with `--tokentool-exit-probe`, runs
+    /// `CExitProbe`: a constructor (after
     /// `COpenSSLProcess`'s) registers an atexit handler, draws random bytes — the process's first
     /// use of OpenSSL's generator — and exits. The handler runs after any handler registered later,
     /// OpenSSL's cleanup included, and draws again: "exit-probe 1" when the generator still works.
     /// Without `COpenSSLProcess`, that first draw registers the cleanup, and the process crashes.
     @Test func openSSLStillWorksAfterEveryExitHandler() throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var environment = ProcessInfo.processInfo.environment
-        environment[String(cString: tokentool_exit_probe_variable())] = "1"
-        process.environment = environment
+        // /proc/self/exe as it is: the child execs the same file (resolved, the path would name
+        // "… (deleted)" if the binary were relinked during the run).
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+        process.arguments = [String(cString: tokentool_exit_probe_argument())]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        #expect(process.waitForExit(timeout: 60), "the probe process did not end within 60 s")
         #expect(process.terminationReason == .exit && process.terminationStatus == 0, "the probe process ended with \(process.terminationReason == .exit ? "status" : "signal") \(process.terminationStatus)")
         #expect(text == "exit-probe 1\n")
     }

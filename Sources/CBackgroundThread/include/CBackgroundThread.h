@@ -15,17 +15,16 @@ int tokentool_thread_set_idle_priority(void);
 // The calling thread's ID (Linux's gettid), -1 elsewhere.
 int tokentool_thread_id(void);
 
-// The exit gate. OpenSSL frees its global state (locks, providers, the RNG) in an atexit handler;
-// a thread still inside an OpenSSL call then crashes the exiting process (SIGSEGV in
-// pthread_rwlock_unlock, seen in `tokentool ca crl` about one run in five). A background thread
-// wraps each piece of OpenSSL work in enter/leave. The first enter registers an atexit handler;
-// handlers run in the reverse order of registration, and OpenSSL registered its own when it was
-// first used (before any thread could call enter), so this one runs first: it closes the gate and
-// waits until no thread is inside. Once the gate is closed, enter never returns (the thread sleeps
-// until the process ends), so nothing of the thread's touches OpenSSL again. Since TokenKit's
-// COpenSSLProcess initialises OpenSSL without that cleanup (which also crashed exits where a pool
-// thread was leaving, beyond this gate's reach), the gate only keeps the presigner from starting
-// new work once the process is ending.
+// The exit gate. OpenSSL 3 frees its global state (locks, providers, the RNG) in an atexit handler
+// unless told not to; a thread still inside an OpenSSL call then crashed the exiting process
+// (SIGSEGV in pthread_rwlock_unlock, seen in `tokentool ca crl` about one run in five). A
+// background thread wraps each piece of OpenSSL work in enter/leave. The first enter registers an
+// atexit handler, which closes the gate and waits until no thread is inside. Once the gate is
+// closed, enter never returns (the thread sleeps until the process ends), so nothing of the
+// thread's touches OpenSSL again. TokenKit's COpenSSLProcess now initialises OpenSSL before main
+// without that cleanup (it also crashed exits where a pool thread that had used OpenSSL was
+// leaving, beyond this gate's reach); the gate still makes the exit wait for the batch being
+// computed, and keeps the presigner from starting another.
 void tokentool_background_enter(void);
 void tokentool_background_leave(void);
 

@@ -12,8 +12,9 @@
 // thread can keep its OpenSSL calls out of the way of the exit. A constructor of this target,
 // run before main and before anything in the program can first use OpenSSL, initialises it with
 // OPENSSL_INIT_NO_ATEXIT: no cleanup at exit (the memory goes back with the process). Returns 1
-// when that initialisation succeeded, 0 when it failed or the OpenSSL built against predates the
-// option (1.1: the cleanup then still runs).
+// when that call succeeded, 0 when it failed or the OpenSSL built against predates the option
+// (before 1.1.1b: the cleanup then still runs). A success does not prove the cleanup is off: the
+// call also succeeds when something initialised OpenSSL before it (with the cleanup).
 int tokentool_openssl_exit_cleanup_skipped(void);
 
 #endif

@@ -9,7 +9,9 @@ internal import COpenSSLProcess
 /// cleanup runs at exit: every thread may use OpenSSL until the process is gone. That covers
 /// every program that links TokenKit (PeerCA, the server, `tokentool`, `tokenbench`).
 enum OpenSSLProcess {
-    /// Whether OpenSSL was initialised without its exit-time cleanup (false with an OpenSSL that
-    /// lacks the option, or if its initialisation failed).
+    /// Whether the constructor's `OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL)` succeeded
+    /// (false with an OpenSSL that lacks the option, or if the call failed). It also succeeds when
+    /// something initialised OpenSSL earlier, with the cleanup: only a process that exits can tell
+    /// (`OpenSSLExitTests` runs one).
     static var exitCleanupSkipped: Bool { tokentool_openssl_exit_cleanup_skipped() == 1 }
 }

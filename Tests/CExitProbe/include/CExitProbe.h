@@ -4,8 +4,9 @@
 #ifndef TOKENTOOL_CEXITPROBE_H
 #define TOKENTOOL_CEXITPROBE_H
 
-// The environment variable that makes a new process of the test binary run the probe instead of
-// its tests: "TOKENTOOL_EXIT_PROBE".
-const char *tokentool_exit_probe_variable(void);
+// The argument that makes a new process of the test binary run the probe instead of its tests, when
+// it is the first: "--tokentool-exit-probe" (an argument, not an environment variable, which a
+// shell could leave set for every later test run).
+const char *tokentool_exit_probe_argument(void);
 
 #endif
