@@ -144,7 +144,7 @@ public final class PostgresLedger: CertificateLedger, Service {
     static func write(_ batch: [LedgerRecord], client: PostgresClient, logger: Logger) async -> [Result<Void, PeerCAError>] {
         if batch.count > 1 {
             do {
-                let (certificates, uses) = try PostgresLedger.inserts(batch)
+                let (certificates, uses) = PostgresLedger.inserts(batch)
                 try await client.withTransaction(logger: logger) { connection in
                     try await connection.query(certificates, logger: logger)
                     if let uses { try await connection.query(uses, logger: logger) }
@@ -160,7 +160,7 @@ public final class PostgresLedger: CertificateLedger, Service {
         var results: [Result<Void, PeerCAError>] = []
         for record in batch {
             do {
-                let (certificate, use) = try PostgresLedger.inserts([record])
+                let (certificate, use) = PostgresLedger.inserts([record])
                 try await client.withTransaction(logger: logger) { connection in
                     try await connection.query(certificate, logger: logger)
                     if let use { try await connection.query(use, logger: logger) }
@@ -178,7 +178,7 @@ public final class PostgresLedger: CertificateLedger, Service {
     }
 
     /// The INSERT of `batch`'s certificates, and of their token uses when any claims one.
-    static func inserts(_ batch: [LedgerRecord]) throws -> (certificates: PostgresQuery, uses: PostgresQuery?) {
+    static func inserts(_ batch: [LedgerRecord]) -> (certificates: PostgresQuery, uses: PostgresQuery?) {
         var bindings = PostgresBindings(capacity: batch.count * 14)
         var rows: [String] = []
         rows.reserveCapacity(batch.count)
