@@ -96,11 +96,14 @@ url="http://127.0.0.1:$port/v1/certificates"
 wrk -t2 -c"$connections" -d1s -s "$work/certificates.lua" "$url" >/dev/null  # warm-up
 # The timed run, with what it cost: the server's CPU (/proc/PID/stat, utime + stime), wrk's
 # (getrusage of the child once it has exited), the ledger's commits (the server's /metrics).
-PERF_DATA="$work/perf.data" python3 - "$server" "$port" "$library_rate" "$library_cpu" "$seconds" "$connections" "$bodies" \
-    wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/certificates.lua" "$url" <<'PY'
+PERF_DATA="$work/perf.data" python3 - "$server" "$port" "$library_rate" "$library_cpu" "$seconds" "$connections" "$bodies" "$work" <<'PY'
 import os, re, resource, subprocess, sys, time, urllib.request
-server, port, library_rate, library_cpu, run_seconds, connections, bodies, wrk = sys.argv[1:8] + [sys.argv[8:]]
+server, port, library_rate, library_cpu, run_seconds, connections, bodies, work = sys.argv[1:9]
 library_rate, metrics = float(library_rate), f"http://127.0.0.1:{port}/metrics"
+def wrk(duration, path, script=None):
+    # wrk's command line for every load of this script: 2 threads, the run's connections, latency percentiles.
+    return (["wrk", "-t2", f"-c{connections}", f"-d{duration}", "--latency"] + (["-s", f"{work}/{script}"] if script else [])
+            + [f"http://127.0.0.1:{port}{path}"])
 def cpu_seconds():
     fields = open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -133,7 +136,7 @@ commits_before, server_before, threads_before, steal_before = commits(), cpu_sec
 # PERF_SECONDS=N: a system-wide perf recording of N seconds from the second second of the run on
 # (call graphs by DWARF, 499 samples/s per CPU; it slows the run), attributed afterwards.
 perf_seconds = float(os.environ.get("PERF_SECONDS") or 0)
-load = subprocess.Popen(wrk, stdout=subprocess.PIPE, text=True)
+load = subprocess.Popen(wrk(f"{run_seconds}s", "/v1/certificates", "certificates.lua"), stdout=subprocess.PIPE, text=True)
 perf_usage = 0.0
 if perf_seconds:
     time.sleep(1)
@@ -177,11 +180,13 @@ if errors:
 # and when it reads this run's request bodies, parses their JSON and refuses them before any work
 # (POST /v1/certificates naming a provider the server does not have: 400 unknown_provider), same
 # connections and time; and the ratio an issuance would reach if HTTP added only that.
-def floor(label, wrk_arguments, refused):
+def floor(label, path, script=None):
     # Runs wrk for a warm-up second and then for the run's time; returns the server's and wrk's CPU µs a request.
-    subprocess.run(wrk_arguments("1s"), stdout=subprocess.DEVNULL, check=True)
+    # With a script (refused.lua): every request must be refused.
+    refused = script is not None
+    subprocess.run(wrk("1s", path, script), stdout=subprocess.DEVNULL, check=True)
     before_usage, before = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds()
-    output = subprocess.run(wrk_arguments(f"{run_seconds}s"), stdout=subprocess.PIPE, text=True, check=True).stdout
+    output = subprocess.run(wrk(f"{run_seconds}s", path, script), stdout=subprocess.PIPE, text=True, check=True).stdout
     server_seconds, usage = cpu_seconds() - before, resource.getrusage(resource.RUSAGE_CHILDREN)
     found = re.search(r"(\d+) requests in", output)
     count = int(found.group(1)) if found else 0
@@ -196,8 +201,8 @@ def floor(label, wrk_arguments, refused):
     floor_wrk = (usage.ru_utime + usage.ru_stime - before_usage.ru_utime - before_usage.ru_stime) / count * 1e6
     print(f"floor, {label} ({connections} connections, wrk -t2): {count / float(run_seconds):.0f} requests/s, server {floor_server:.0f} µs, wrk {floor_wrk:.0f} µs a request")
     return floor_server, floor_wrk
-floors = [floor("GET /healthz", lambda duration: ["wrk", "-t2", f"-c{connections}", f"-d{duration}", f"http://127.0.0.1:{port}/healthz"], False),
-          floor("POST /v1/certificates, the run's bodies naming an unknown provider (read, parsed, refused: 400)", lambda duration: wrk[:3] + [f"-d{duration}"] + wrk[4:5] + ["-s", wrk[6].replace("certificates.lua", "refused.lua"), wrk[7]], True)]
+floors = [floor("GET /healthz", "/healthz"),
+          floor("POST /v1/certificates, the run's bodies naming an unknown provider (read, parsed, refused: 400)", "/v1/certificates", "refused.lua")]
 if library_cpu:
     library = float(library_cpu)
     for (floor_server, floor_wrk), name in zip(floors, ("GET", "refused POST")):
