@@ -83,7 +83,7 @@ let package = Package(
             name: "CSQLiteWAL",
             linkerSettings: [.linkedLibrary("sqlite3")]
         ),
-        // PeerCA presigner thread: scheduling (SCHED_IDLE) and the exit gate for its OpenSSL calls.
+        // PeerCA presigner thread: scheduling (SCHED_IDLE), its ID, the fork generation; the writer's priority.
         .target(name: "CBackgroundThread"),
         // The system OpenSSL initialised before main without its exit-time cleanup, which crashed
         // processes whose threads were leaving or inside OpenSSL as they exited.

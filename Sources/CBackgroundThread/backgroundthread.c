@@ -91,40 +91,6 @@ void tokentool_thread_boost_counters(long long *attempts, long long *boosted, in
 #endif
 }
 
-static pthread_mutex_t gate_mutex = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
-static int gate_inside = 0;
-static int gate_closed = 0;
-static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
-
-// At exit: close the gate and wait for the threads inside to leave.
-static void gate_close(void) {
-    pthread_mutex_lock(&gate_mutex);
-    gate_closed = 1;
-    while (gate_inside > 0) pthread_cond_wait(&gate_empty, &gate_mutex);
-    pthread_mutex_unlock(&gate_mutex);
-}
-
-static void gate_register(void) { atexit(gate_close); }
-
-void tokentool_background_enter(void) {
-    pthread_once(&gate_once, gate_register);
-    pthread_mutex_lock(&gate_mutex);
-    if (gate_closed) {
-        pthread_mutex_unlock(&gate_mutex);
-        for (;;) pause();  // the process is ending: stay out of its way
-    }
-    gate_inside += 1;
-    pthread_mutex_unlock(&gate_mutex);
-}
-
-void tokentool_background_leave(void) {
-    pthread_mutex_lock(&gate_mutex);
-    gate_inside -= 1;
-    if (gate_inside == 0) pthread_cond_broadcast(&gate_empty);
-    pthread_mutex_unlock(&gate_mutex);
-}
-
 static _Atomic unsigned long fork_generation = 0;
 
 // Runs in the child right after fork(), in the thread that forked: only an atomic add.

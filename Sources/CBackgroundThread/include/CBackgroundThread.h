@@ -1,6 +1,5 @@
 // A background thread's place in the process, for PeerCA's P256Presigner: its scheduling class,
-// its ID, a gate that keeps its OpenSSL calls out of the way of the process's exit, and the
-// process's fork generation. The declarations need no system header (a Clang module that includes
+// its ID, and the process's fork generation; the ledger writer's raised priority. The declarations need no system header (a Clang module that includes
 // <sched.h> would own `struct timespec` for every Swift file that imports it);
 // backgroundthread.c includes them.
 #ifndef TOKENTOOL_CBACKGROUNDTHREAD_H
@@ -14,19 +13,6 @@ int tokentool_thread_set_idle_priority(void);
 
 // The calling thread's ID (Linux's gettid), -1 elsewhere.
 int tokentool_thread_id(void);
-
-// The exit gate. OpenSSL 3 frees its global state (locks, providers, the RNG) in an atexit handler
-// unless told not to; a thread still inside an OpenSSL call then crashed the exiting process
-// (SIGSEGV in pthread_rwlock_unlock, seen in `tokentool ca crl` about one run in five). A
-// background thread wraps each piece of OpenSSL work in enter/leave. The first enter registers an
-// atexit handler, which closes the gate and waits until no thread is inside. Once the gate is
-// closed, enter never returns (the thread sleeps until the process ends), so nothing of the
-// thread's touches OpenSSL again. TokenKit's COpenSSLProcess now initialises OpenSSL before main
-// without that cleanup (it also crashed exits where a pool thread that had used OpenSSL was
-// leaving, beyond this gate's reach); the gate still makes the exit wait for the batch being
-// computed, and keeps the presigner from starting another.
-void tokentool_background_enter(void);
-void tokentool_background_leave(void);
 
 // A raised priority for a piece of latency-critical work (PeerCA's ledger writer, during each
 // batch's transaction and flush): the calling thread's nice value lowered by 10 (to at most

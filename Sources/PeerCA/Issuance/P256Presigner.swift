@@ -268,15 +268,12 @@ package final class P256Presigner: Sendable {
         func kick(start: Bool, wake: Bool) {
             if start {
                 // The thread's reference. Once stopped, the thread clears the pairs left and drops
-                // it inside the exit gate, in one pass: when it is the last, the key is freed
-                // there too.
+                // it: when it is the last, the key is freed there too.
                 let retained = Unmanaged.passRetained(self)
                 Thread {
                     retained.takeUnretainedValue().runThread()
-                    tokentool_background_enter()
                     retained.takeUnretainedValue().clearPairs()
                     retained.release()
-                    tokentool_background_leave()
                 }.start()
             }
             if wake { self.wake.signal() }
@@ -294,13 +291,11 @@ package final class P256Presigner: Sendable {
 
         /// A batch of fresh pairs, for the thread and for a signer that found the store empty:
         /// ``P256Presigner/batchSize`` of them (the capacity, when smaller), always whole — a few
-        /// pairs alone cost almost what 32 do (the shared inversions). The OpenSSL work goes
-        /// through the exit gate (CBackgroundThread): the process's exit waits for a batch being
-        /// computed, and OpenSSL's own clean-up at exit then finds no thread inside it.
+        /// pairs alone cost almost what 32 do (the shared inversions). A process may exit while a
+        /// batch is being computed: OpenSSL keeps its state through the exit (TokenKit's
+        /// `COpenSSLProcess`).
         func computeBatch() -> [Nonce]? {
-            tokentool_background_enter()
-            defer { tokentool_background_leave() }
-            return Nonce.batch(key: key, count: min(P256Presigner.batchSize, capacity))
+            Nonce.batch(key: key, count: min(P256Presigner.batchSize, capacity))
         }
 
         /// Computes pairs (``computeBatch()``) until `capacity` or more are ready, sleeps until half
@@ -331,8 +326,7 @@ package final class P256Presigner: Sendable {
             }
         }
 
-        /// Clears and frees the pairs left (the thread, once stopped, inside the exit gate),
-        /// outside the store's lock.
+        /// Clears and frees the pairs left (the thread, once stopped), outside the store's lock.
         func clearPairs() {
             var left = state.withLock { state -> [Nonce] in
                 defer { state.ready = [] }
