@@ -53,6 +53,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
@@ -153,6 +154,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: server),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: server),
                 .product(name: "NIOCore", package: "swift-nio", condition: server),
+                .product(name: "NIOPosix", package: "swift-nio", condition: server),
+                .product(name: "NIOExtras", package: "swift-nio-extras", condition: server),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
             ],
             swiftSettings: strictSettings

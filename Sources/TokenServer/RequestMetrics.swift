@@ -12,10 +12,10 @@ import Synchronization
 /// no route. Handlers count only what is theirs to know (decisions, certificates issued).
 public struct CountedRouter: HTTPResponderBuilder {
     let router: Router<TokenRequestContext>
-    let counters: RequestCounters
+    let endpoints: ServiceEndpoints
 
     public func buildResponder() -> CountingResponder {
-        CountingResponder(inner: router.buildResponder(), counters: counters)
+        CountingResponder(inner: router.buildResponder(), endpoints: endpoints)
     }
 }
 
@@ -23,10 +23,11 @@ public struct CountedRouter: HTTPResponderBuilder {
 public struct CountingResponder: HTTPResponder {
     public typealias Context = TokenRequestContext
     let inner: RouterResponder<TokenRequestContext>
-    let counters: RequestCounters
+    let endpoints: ServiceEndpoints
+    var counters: RequestCounters { endpoints.counters }
 
     public func respond(to request: Request, context: Context) async throws -> Response {
-        let endpoint = RequestCounters.endpoints[request.uri.path] ?? "unknown"
+        let endpoint = endpoints.name(ofPath: request.uri.path)
         do {
             let response = try await inner.respond(to: request, context: context)
             counters.counter(endpoint: endpoint, status: response.status.code).increment()
@@ -41,15 +42,6 @@ public struct CountingResponder: HTTPResponder {
 /// The request counters, one per (endpoint, status), kept in a ``CounterCache``.
 final class RequestCounters: Sendable {
     static let label = "tokenserver_requests_total"
-
-    /// The endpoint dimension of each path the service serves.
-    static let endpoints = [
-        "/v1/auth": "auth", "/v1/certificates": "certificates", "/v1/certificates/renew": "renew", "/v1/logout": "logout",
-        "/v1/admin/revoke": "admin_revoke", "/v1/sso/openweb": "openweb",
-        "/v1/ca": "ca", "/v1/crl": "crl", "/v1/ocsp": "ocsp",
-        "/healthz": "healthz", "/metrics": "metrics", "/v1/token": "token", "/.well-known/openid-configuration": "discovery",
-        "/.well-known/jwks.json": "jwks",
-    ]
 
     private let cache: CounterCache
 

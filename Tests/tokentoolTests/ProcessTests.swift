@@ -19,9 +19,9 @@ struct ServeProcessTests {
         #expect(result.out.contains("self-check passed"))
         // Log lines go to standard error (swift-log's default, kept by ServerLogHandler); standard
         // output has only what serve says to its user, which scripts read for the port.
-        #expect(result.err.contains("[HummingbirdCore] Server started"), "\(result.err)")
+        #expect(result.err.contains("HTTP server listening") && result.err.contains("[TokenServer]"), "\(result.err)")
         #expect(result.err.contains("created a CA"), "\(result.err)")
-        #expect(!result.out.contains("[HummingbirdCore]") && !result.out.contains("created a CA"), "\(result.out)")
+        #expect(!result.out.contains("HTTP server listening") && !result.out.contains("created a CA"), "\(result.out)")
         #expect(FileManager.default.fileExists(atPath: dir.appendingPathComponent("tokentool-state/ca/root.pem").path))
         // A second start reuses the CA.
         let root = try Data(contentsOf: dir.appendingPathComponent("tokentool-state/ca/root.pem"))
@@ -192,13 +192,6 @@ struct ServeProcessTests {
     }
 }
 
-/// Runs blocking process work on a Dispatch thread, not on the cooperative pool.
-func offThePool(_ body: @escaping @Sendable () throws -> Void) async throws {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-    }
-}
-
 /// `tokentool serve --port 0` on the embedded defaults in a new temporary directory, its standard
 /// output read until it contains `marker` (30 s at most).
 struct ServeProcess {
@@ -248,83 +241,3 @@ extension ServeProcess {
         return (exited, process.terminationStatus, try String(contentsOf: out, encoding: .utf8), try String(contentsOf: err, encoding: .utf8))
     }
 }
-
-/// A socket listening on 127.0.0.1 at a port the OS picked: a port some other program holds.
-final class LoopbackListener {
-    let fd: Int32
-    let port: UInt16
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw LoopbackSocket.Failure(call: "socket", errno: errno) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else {
-            let code = errno
-            close(fd)
-            throw LoopbackSocket.Failure(call: "bind", errno: code)
-        }
-        self.fd = fd
-        port = UInt16(bigEndian: address.sin_port)
-    }
-
-    deinit { close(fd) }
-}
-
-/// A plain TCP connection to 127.0.0.1, for requests sent in pieces.
-final class LoopbackSocket {
-    let fd: Int32
-
-    struct Failure: Error { let call: String; let errno: Int32 }
-
-    init(port: UInt16) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure(call: "socket", errno: errno) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let status = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard status == 0 else {
-            let code = errno
-            close(fd)
-            throw Failure(call: "connect", errno: code)
-        }
-    }
-
-    deinit { close(fd) }
-
-    func send(_ bytes: [UInt8]) throws {
-        var offset = 0
-        while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent > 0 else { throw Failure(call: "send", errno: errno) }
-            offset += sent
-        }
-    }
-
-    /// Everything until the server closes the connection (or 10 s pass).
-    func receiveAll() -> [UInt8] {
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count <= 0 { break }
-            received += buffer[..<count]
-        }
-        return received
-    }
-}
-

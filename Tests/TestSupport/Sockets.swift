@@ -1,0 +1,107 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A socket listening on 127.0.0.1 at a port the OS picked: a port some other program holds.
+public final class LoopbackListener {
+    public let fd: Int32
+    public let port: UInt16
+
+    public init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LoopbackSocket.Failure(call: "socket", errno: errno) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            let code = errno
+            close(fd)
+            throw LoopbackSocket.Failure(call: "bind", errno: code)
+        }
+        self.fd = fd
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    deinit { close(fd) }
+}
+
+/// A plain TCP connection to 127.0.0.1, for requests sent in pieces.
+public final class LoopbackSocket {
+    public let fd: Int32
+
+    /// A socket call that failed, and its errno.
+    public struct Failure: Error { public let call: String; public let errno: Int32 }
+
+    public init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(call: "socket", errno: errno) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard status == 0 else {
+            let code = errno
+            close(fd)
+            throw Failure(call: "connect", errno: code)
+        }
+    }
+
+    deinit { close(fd) }
+
+    public func send(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent > 0 else { throw Failure(call: "send", errno: errno) }
+            offset += sent
+        }
+    }
+
+    /// Everything until the server closes the connection (or `seconds` pass without a byte).
+    public func receiveAll(seconds: Int = 10) -> [UInt8] {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            received += buffer[..<count]
+        }
+        return received
+    }
+}
+
+
+extension LoopbackSocket {
+    /// Connects to 127.0.0.1:`port`, sends `bytes` in one piece, and returns everything the server
+    /// sends until it closes the connection (or `seconds` pass without a byte), on a Dispatch
+    /// thread: the blocking calls never hold one of the cooperative pool's threads, which the
+    /// server answering them may need.
+    public static func exchange(port: UInt16, sending bytes: [UInt8], seconds: Int = 10) async throws -> [UInt8] {
+        try await offThePool {
+            let socket = try LoopbackSocket(port: port)
+            try socket.send(bytes)
+            return socket.receiveAll(seconds: seconds)
+        }
+    }
+}
+
+/// Runs blocking work (processes, sockets) on a Dispatch thread, not on the cooperative pool.
+public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+import MetricsTestKit
+import NIOCore
+import ServiceLifecycle
+import TestSupport
+import Testing
+import TokenKit
+@testable import TokenServer
+
+/// The server `tokentool serve` runs (``ServiceHTTPServer``), at the level of bytes on a socket:
+/// what HTTP/1.1 clients rely on that the endpoint tests (through AsyncHTTPClient) do not show.
+@Suite("The service's HTTP/1.1 server")
+struct FrontEndTests {
+    /// The server alone around a service on embedded defaults, its requests counted in `counted`,
+    /// connections idle for `idle` closed; `body` gets its port (the OS picked it).
+    static func withServer<T: Sendable>(
+        counted: TestMetrics = TestMetrics(), idle: Int64 = 60, _ body: @Sendable (UInt16) async throws -> T
+    ) async throws -> T {
+        let state = try temporaryDirectory()
+        var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
+        configuration.limits = ServerConfiguration.Limits(requestTimeoutSeconds: LiveServer.requestTimeout)
+        let service = try await TokenService.start(configuration: configuration, logger: Logger(label: "front-end-tests"))
+        let started = AsyncStream<Int>.makeStream()
+        let server = ServiceHTTPServer(
+            endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: counted)),
+            host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(idle), logger: Logger(label: "front-end-tests"),
+            beforeStart: { try await service.prepare() },
+            onRunning: { port in
+                started.continuation.yield(port)
+                started.continuation.finish()
+            })
+        let group = ServiceGroup(configuration: .init(services: [server], logger: Logger(label: "front-end-tests")))
+        return try await withThrowingTaskGroup(of: T?.self) { tasks in
+            tasks.addTask { try await group.run(); return nil }
+            guard let port = await started.stream.first(where: { _ in true }) else { throw SupportFailure("the server did not start") }
+            do {
+                let result = try await body(UInt16(port))
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+                await service.shutdown()
+                return result
+            } catch {
+                await group.triggerGracefulShutdown()
+                await service.shutdown()
+                throw error
+            }
+        }
+    }
+
+    /// The responses in `bytes`, in order: status and body of each (by Content-Length).
+    static func responses(_ bytes: [UInt8]) -> [(status: Int, headers: String, body: String)] {
+        var rest = Substring(String(decoding: bytes, as: UTF8.self))
+        var found: [(Int, String, String)] = []
+        while let end = rest.range(of: "\r\n\r\n") {
+            let head = rest[..<end.lowerBound]
+            let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
+            let length = head.firstMatch(of: /(?i)content-length: *(\d+)/).flatMap { Int($0.1) } ?? 0
+            let bodyStart = end.upperBound
+            let bodyEnd = rest.utf8.index(bodyStart, offsetBy: length, limitedBy: rest.utf8.endIndex) ?? rest.endIndex
+            found.append((status, String(head), String(rest[bodyStart..<bodyEnd])))
+            rest = rest[bodyEnd...]
+        }
+        return found
+    }
+
+    /// Three requests sent in one write (pipelined) are answered in the order they came, each
+    /// with its own length; `Connection: close` on the last ends the connection after its answer.
+    /// A query string does not change the route; every request is counted once, by endpoint.
+    @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
+        let counted = TestMetrics()
+        try await Self.withServer(counted: counted) { port in
+            let requests = "GET /healthz?probe=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+                + "GET /v1/ca HTTP/1.1\r\nHost: t\r\n\r\n"
+                + "GET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(requests.utf8)))
+            #expect(answers.map(\.status) == [200, 200, 404])
+            #expect(answers.first?.body == "ok\n")
+            #expect(answers.dropFirst().first?.body.hasPrefix("-----BEGIN CERTIFICATE-----") == true)
+            #expect(answers.last?.body.contains("not_found") == true)
+            #expect(answers.allSatisfy { $0.headers.contains("Cache-Control: no-store") && $0.headers.contains("Server: tokentool") })
+            #expect(answers.last?.headers.contains("Connection: close") == true)
+            func count(_ endpoint: String, _ status: Int) -> Int64 {
+                (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", endpoint), ("status", String(status))]))?.totalValue ?? 0
+            }
+            #expect(count("healthz", 200) == 1)
+            #expect(count("ca", 200) == 1)
+            #expect(count("unknown", 404) == 1)
+        }
+    }
+
+    /// A body over `limits.maxBodyBytes` is answered 413 `body_too_large` and the connection
+    /// stays usable; a method an endpoint does not take is 404, counted under that endpoint.
+    @Test func tooLargeBodiesAndWrongMethods() async throws {
+        let counted = TestMetrics()
+        try await Self.withServer(counted: counted) { port in
+            let huge = [UInt8](repeating: 0x20, count: 70_000)
+            let requests = Array("POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: \(huge.count)\r\n\r\n".utf8) + huge
+                + Array("GET /v1/auth HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".utf8)
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: requests))
+            #expect(answers.map(\.status) == [413, 404, 200])
+            #expect(answers.first?.body.contains("body_too_large") == true)
+            let auth404 = (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", "auth"), ("status", "404")]))?.totalValue
+            #expect(auth404 == 1)
+        }
+    }
+
+    /// What is not HTTP is answered 400 and the connection closed at once (not left open until
+    /// the client gives up: the exchange waits up to 30 s for the close).
+    @Test func malformedRequestsAreRefused() async throws {
+        try await Self.withServer { port in
+            let start = ContinuousClock.now
+            let reply = try await LoopbackSocket.exchange(port: port, sending: Array("NOT HTTP AT ALL\r\n\r\n".utf8), seconds: 30)
+            let waited = ContinuousClock.now - start
+            #expect(String(decoding: reply, as: UTF8.self).hasPrefix("HTTP/1.1 400"), "\(String(decoding: reply.prefix(200), as: UTF8.self))")
+            #expect(waited < .seconds(20), "the connection stayed open \(waited) after the 400")
+        }
+    }
+
+    /// A connection that sends nothing is closed after the idle timeout (here 1 s), not held open.
+    @Test func idleConnectionsAreClosed() async throws {
+        try await Self.withServer(idle: 1) { port in
+            let start = ContinuousClock.now
+            let reply = try await LoopbackSocket.exchange(port: port, sending: [], seconds: 20)
+            let waited = ContinuousClock.now - start
+            #expect(reply.isEmpty)
+            #expect(waited >= .milliseconds(900) && waited < .seconds(15), "closed after \(waited)")
+        }
+    }
+}
