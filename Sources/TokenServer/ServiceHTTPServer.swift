@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Metrics
 import NIOCore
@@ -6,6 +7,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import ServiceLifecycle
+import Synchronization
 
 /// The HTTP/1.1 server `tokentool serve` runs: SwiftNIO's HTTP codec, and one channel handler that
 /// reads each request whole on its connection's event loop, answers it from ``ServiceEndpoints``
@@ -15,15 +17,16 @@ import ServiceLifecycle
 /// ``TokenHTTPServer/router(_:metrics:)`` still offers for embedding): its connections are async
 /// sequences, so every request is handed from the event loop to the connection's task and every
 /// response part back, through `NIOAsyncChannel`'s buffers. Under 32 connections of certificate
-/// requests on two cores that machinery cost ≈ 60 µs of CPU a request, a third of the request
-/// (`scripts/issuance_load.sh`: 7,777 against 10,622 requests/s on the same host in the same
-/// hour; see README, "Issuance", and `docs/issuance-log.md`).
+/// requests on two cores that machinery cost ≈ 25 µs of CPU a request, an eighth of the request
+/// (alternated pairs on one binary; see README, "Issuance", and `docs/issuance-log.md`).
 ///
 /// What it keeps from the framework: keep-alive and pipelined requests answered in order
-/// (`HTTPServerPipelineHandler`), 400 and a close on a malformed request, an idle connection
-/// closed after `idleTimeout`, HTTPS (with the client's certificate, optional, for renewal), and a
-/// graceful shutdown that stops accepting, closes idle connections and lets requests in flight
-/// finish (`ServerQuiescingHelper`).
+/// (`HTTPServerPipelineHandler`), nothing read after `Connection: close`, 400 and a close on a
+/// malformed request (our own: NIO's error handler would also answer bytes after a closing request), the decoder's header limits, a connection closed when it has been silent
+/// for `idleTimeout` outside an answer (also one stalled in the middle of a request), an answer for
+/// a client that half-closes after its request, HTTPS (with the client's certificate, optional, for
+/// renewal), a `Date` header, and a graceful shutdown that stops accepting, closes idle
+/// connections, lets requests in flight finish and waits for their work.
 final class ServiceHTTPServer: Service {
     private let endpoints: ServiceEndpoints
     private let host: String
@@ -49,13 +52,19 @@ final class ServiceHTTPServer: Service {
     }
 
     /// Listens until graceful shutdown (or cancellation), then stops accepting and returns once
-    /// every connection has closed. A bind failure is thrown as NIO's `IOError` (its errno says
-    /// why: `EADDRINUSE`, `EACCES`, `EADDRNOTAVAIL`).
+    /// every connection has closed and every request's work has ended. A connection that stalls
+    /// is closed within `idleTimeout`, and work with a deadline ends by it, so the wait is
+    /// bounded. A bind failure is thrown as NIO's `IOError` (its errno says why: `EADDRINUSE`,
+    /// `EACCES`, `EADDRNOTAVAIL`).
     func run() async throws {
         try await beforeStart()
         let group = MultiThreadedEventLoopGroup.singleton
         let quiesce = ServerQuiescingHelper(group: group)
-        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout
+        let work = InFlightWork()
+        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout, logger = self.logger
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderFieldCount = 1000  // Hummingbird's limit; NIO's own allows 65,534
+        let decoderLimits = limits
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -70,9 +79,13 @@ final class ServiceHTTPServer: Service {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     if let tls { try pipeline.addHandler(NIOSSLServerHandler(context: tls)) }
-                    try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
-                    try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-                    try pipeline.addHandler(ServiceRequestHandler(endpoints: endpoints))
+                    try pipeline.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
+                        withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
+                    // After the codec: silence is counted between HTTP parts and answers, so a
+                    // client sending a head a byte at a time is closed too.
+                    try pipeline.addHandler(IdleStateHandler(allTimeout: idleTimeout))
+                    try pipeline.addHandler(ServiceRequestHandler(endpoints: endpoints, work: work, logger: logger))
                 }
             }
         let listener = try await bootstrap.bind(host: host, port: port).get()
@@ -85,7 +98,42 @@ final class ServiceHTTPServer: Service {
         let closed = group.next().makePromise(of: Void.self)
         quiesce.initiateShutdown(promise: closed)
         try await closed.futureResult.get()
+        // A request whose client went away may still be running: the ledger outlives it.
+        await work.finished()
         logger.info("HTTP server stopped", metadata: ["port": "\(bound)"])
+    }
+}
+
+/// The endpoints' work running now, so that the server returns only when it has ended.
+final class InFlightWork: Sendable {
+    private struct State {
+        var running = 0
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    func started() { state.withLock { $0.running += 1 } }
+
+    func ended() {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.running -= 1
+            guard state.running == 0 else { return [] }
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    /// Returns when no work is running.
+    func finished() async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.running == 0 { return true }
+                state.waiting.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
     }
 }
 
@@ -97,6 +145,8 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     typealias OutboundOut = HTTPServerResponsePart
 
     private let endpoints: ServiceEndpoints
+    private let work: InFlightWork
+    private let logger: Logger
     /// The connection's context while the handler is in its pipeline (nil once removed: an answer
     /// that comes after the connection closed is dropped).
     private var context: ChannelHandlerContext?
@@ -105,30 +155,49 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     private var endpoint: ServiceEndpoint?
     private var path = ""
     private var body = ByteBuffer()
+    /// Body bytes past the limit, read and dropped; past ``drainLimit`` the connection is closed.
+    private var excess = 0
     private var bodyTooLarge = false
     /// A request has been read whole and its answer is not yet written.
     private var answering = false
+    /// Nothing more is read on this connection (`Connection: close`, the client half-closed, an
+    /// error): it closes once the answer being made, if any, is written.
+    private var closing = false
 
-    init(endpoints: ServiceEndpoints) { self.endpoints = endpoints }
+    /// How much of a body over the limit is read (and dropped) so that the connection can answer
+    /// 413 and stay usable; a longer one is answered 413 at once and the connection closed.
+    private var drainLimit: Int { max(endpoints.maxBody * 4, 1 << 20) }
+
+    init(endpoints: ServiceEndpoints, work: InFlightWork, logger: Logger) {
+        self.endpoints = endpoints
+        self.work = work
+        self.logger = logger
+    }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
             self.head = head
-            let target = head.uri
-            path = String(target[..<(target.firstIndex(of: "?") ?? target.endIndex)])
+            path = Self.routePath(head.uri)
             let method: ServiceEndpoint.Method? = head.method == .GET ? .get : head.method == .POST ? .post : nil
             endpoint = method.flatMap { endpoints.endpoint(method: $0, path: path) }
             body.clear()
+            excess = 0
             bodyTooLarge = false
+            if endpoint?.readsBody == true, let declared = head.headers.first(name: "content-length").flatMap(Int.init), declared > drainLimit {
+                refuseBody(head)
+            }
         case .body(var part):
-            guard endpoint?.readsBody == true, !bodyTooLarge else { return }
-            if body.readableBytes + part.readableBytes > endpoints.maxBody {
+            guard let head, endpoint?.readsBody == true else { return }
+            if bodyTooLarge || body.readableBytes + part.readableBytes > endpoints.maxBody {
                 bodyTooLarge = true
+                excess += body.readableBytes + part.readableBytes
                 body.clear()
+                if excess > drainLimit { refuseBody(head) }
             } else {
                 body.writeBuffer(&part)
             }
@@ -139,61 +208,160 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         }
     }
 
+    /// A body too long to read through: 413 now, and the connection closed after it.
+    private func refuseBody(_ head: HTTPRequestHead) {
+        self.head = nil
+        closing = true
+        answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: false)
+    }
+
     private func answer(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let keepAlive = head.isKeepAlive, name = endpoints.name(ofPath: path)
+        let keepAlive = head.isKeepAlive
         guard let endpoint else {
-            return write(.error(404, "not_found", "no endpoint \(head.method) \(path)"), name: name, keepAlive: keepAlive)
+            let shown = path.count > 200 ? String(path.prefix(200)) + "…" : path
+            return answerLater(.error(404, "not_found", "no endpoint \(head.method.rawValue) \(shown)"), version: head.version, keepAlive: keepAlive)
         }
-        if bodyTooLarge { return write(endpoints.bodyTooLarge, name: name, keepAlive: keepAlive) }
+        if bodyTooLarge { return answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: keepAlive) }
         let request = ServiceRequest(
             body: Array(body.readableBytesView), authorization: head.headers.first(name: "authorization"),
             contentType: head.headers.first(name: "content-type"), channel: context.channel)
         answering = true
-        let loop = context.eventLoop
+        let loop = context.eventLoop, name = endpoints.name(ofPath: path), version = head.version
         let handler = NIOLoopBound(self, eventLoop: loop)
+        let work = self.work
+        work.started()
         Task {
             let response = await endpoint.respond(request)
-            loop.execute { handler.value.write(response, name: name, keepAlive: keepAlive) }
+            work.ended()
+            loop.execute { handler.value.write(response, name: name, version: version, keepAlive: keepAlive) }
         }
     }
 
-    private func write(_ response: ServiceResponse, name: String, keepAlive: Bool) {
+    /// An answer made on the loop, written in the loop's next turn: a pipelined run of such
+    /// requests is then answered one turn each, not one stack frame deeper each (the pipelining
+    /// handler passes the next request on from inside the previous answer's write).
+    private func answerLater(_ response: ServiceResponse, version: HTTPVersion, keepAlive: Bool) {
+        guard let context else { return }
+        answering = true
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop), name = endpoints.name(ofPath: path)
+        context.eventLoop.execute { handler.value.write(response, name: name, version: version, keepAlive: keepAlive) }
+    }
+
+    private func write(_ response: ServiceResponse, name: String, version: HTTPVersion, keepAlive: Bool) {
         answering = false
         endpoints.counters.counter(endpoint: name, status: response.status).increment()
         guard let context else { return }
+        // Set before the write: the pipelining handler passes a waiting request on from inside it.
+        let close = !keepAlive || closing
+        closing = close
         var headers = HTTPHeaders()
-        headers.reserveCapacity(5)
+        headers.reserveCapacity(6)
         headers.add(name: "Content-Type", value: response.contentType)
         headers.add(name: "Content-Length", value: String(response.body.count))
         headers.add(name: "Cache-Control", value: "no-store")
+        headers.add(name: "Date", value: HTTPDate.now())
         headers.add(name: "Server", value: "tokentool")
-        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        if close {
+            headers.add(name: "Connection", value: "close")
+        } else if version == .http1_0 {
+            headers.add(name: "Connection", value: "keep-alive")
+        }
         let status = HTTPResponseStatus(statusCode: response.status)
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: status, headers: headers))), promise: nil)
         if !response.body.isEmpty {
             context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
         }
-        if keepAlive {
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        } else {
+        if close {
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
     }
 
-    /// Closes a connection that read nothing for the idle timeout, unless it waits for an answer.
+    /// Silence (no HTTP part read, no answer written) for the idle timeout closes the connection
+    /// unless an answer is being made; so does the client's half-closure, after the answer being
+    /// made if there is one.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is IdleStateHandler.IdleStateEvent {
-            if !answering && head == nil { context.close(promise: nil) }
+            // Also when closing: a last answer the client does not read must not hold the channel.
+            if !answering { context.close(promise: nil) }
+            return
+        }
+        if event as? ChannelEvent == .inputClosed {
+            closeWhenAnswered(context)
             return
         }
         context.fireUserInboundEventTriggered(event)
     }
 
-    /// An error ends the connection: a reset, a TLS failure, or a malformed request (which
-    /// `HTTPServerProtocolErrorHandler`, before this handler, has answered 400 and flushed).
+    /// An error ends the connection, after the answer being made if there is one: a reset, a TLS
+    /// failure (an unclean TLS shutdown after a whole request still gets its answer), or a
+    /// malformed request, answered 400 unless the connection was closing anyway (bytes after a
+    /// `Connection: close` request are not an error to report). NIO's own protocol-error handler
+    /// is not used: it would answer those bytes too.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
+        logger.debug("HTTP connection error", metadata: ["error": "\(error)"])
+        if error is HTTPParserError, !closing, !answering {
+            head = nil
+            closing = true
+            path = ""
+            return answerLater(.error(400, "invalid_request", "the request is not HTTP/1.1 this server reads"), version: .http1_1, keepAlive: false)
+        }
+        closeWhenAnswered(context)
+    }
+
+    /// Closes now, or once the answer being made is written. Already `closing`, the close is set
+    /// to follow the answer's write (an event the pipelining handler passes on from inside that
+    /// write must not close the channel before the answer is flushed).
+    private func closeWhenAnswered(_ context: ChannelHandlerContext) {
+        if closing { return }
+        if answering {
+            closing = true
+        } else {
+            context.close(promise: nil)
+        }
+    }
+
+    /// The path a request target names, as routes are matched: without its query, from an
+    /// absolute-form target (`http://host/path`) too, and without empty segments (`//v1/ca`,
+    /// `/healthz/`), as Hummingbird's router matched them.
+    static func routePath(_ target: String) -> String {
+        var path = Substring(target)
+        if let query = path.firstIndex(of: "?") { path = path[..<query] }
+        if !path.hasPrefix("/"), let scheme = path.range(of: "://") {
+            let rest = path[scheme.upperBound...]
+            path = rest.firstIndex(of: "/").map { rest[$0...] } ?? "/"
+        }
+        if path.contains("//") || (path.count > 1 && path.hasSuffix("/")) {
+            path = "/" + path.split(separator: "/").joined(separator: "/")
+        }
+        return String(path)
     }
 }
 
+/// The `Date` header's value (RFC 9110's IMF-fixdate), made once a second.
+enum HTTPDate {
+    private static let cache = Mutex<(second: Int, text: String)>((-1, ""))
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static func now() -> String {
+        let second = time(nil)
+        return cache.withLock { cache in
+            if cache.second != second {
+                cache = (second, format(second))
+            }
+            return cache.text
+        }
+    }
+
+    static func format(_ second: Int) -> String {
+        var time = time_t(second)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+}

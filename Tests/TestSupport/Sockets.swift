@@ -35,7 +35,7 @@ public final class LoopbackListener {
 }
 
 /// A plain TCP connection to 127.0.0.1, for requests sent in pieces.
-public final class LoopbackSocket {
+public final class LoopbackSocket: @unchecked Sendable {
     public let fd: Int32
 
     /// A socket call that failed, and its errno.
@@ -69,6 +69,9 @@ public final class LoopbackSocket {
         }
     }
 
+    /// Shuts down the sending side (the server reads end of stream; it can still answer).
+    public func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
+
     /// Everything until the server closes the connection (or `seconds` pass without a byte).
     public func receiveAll(seconds: Int = 10) -> [UInt8] {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
@@ -90,10 +93,12 @@ extension LoopbackSocket {
     /// sends until it closes the connection (or `seconds` pass without a byte), on a Dispatch
     /// thread: the blocking calls never hold one of the cooperative pool's threads, which the
     /// server answering them may need.
-    public static func exchange(port: UInt16, sending bytes: [UInt8], seconds: Int = 10) async throws -> [UInt8] {
+    /// With `halfClose`, the sending side is shut down after the bytes.
+    public static func exchange(port: UInt16, sending bytes: [UInt8], halfClose: Bool = false, seconds: Int = 10) async throws -> [UInt8] {
         try await offThePool {
             let socket = try LoopbackSocket(port: port)
             try socket.send(bytes)
+            if halfClose { socket.shutdownWrite() }
             return socket.receiveAll(seconds: seconds)
         }
     }

@@ -127,4 +127,102 @@ struct FrontEndTests {
             #expect(waited >= .milliseconds(900) && waited < .seconds(15), "closed after \(waited)")
         }
     }
+
+    /// A client that sends its request and shuts down its sending side gets the answer, and the
+    /// connection's end at once (not after the idle timeout, here 60 s).
+    @Test func aHalfClosedClientGetsItsAnswerAndTheEnd() async throws {
+        try await Self.withServer { port in
+            let start = ContinuousClock.now
+            let bytes = try await LoopbackSocket.exchange(port: port, sending: Array("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8), halfClose: true, seconds: 30)
+            let waited = ContinuousClock.now - start
+            #expect(Self.responses(bytes).map(\.status) == [200])
+            #expect(waited < .seconds(20), "the connection stayed open \(waited) after the answer")
+        }
+    }
+
+    /// A request whose body stops coming is closed after the idle timeout (1 s here), and a
+    /// graceful shutdown does not wait for it longer than that.
+    @Test(.timeLimit(.minutes(1))) func aStalledRequestIsClosed() async throws {
+        let start = ContinuousClock.now
+        let stalled = Array("POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{".utf8)
+        let held = try await Self.withServer(idle: 1) { port in
+            let reply = try await LoopbackSocket.exchange(port: port, sending: stalled, seconds: 20)
+            #expect(reply.isEmpty)
+            #expect(ContinuousClock.now - start < .seconds(15), "a stalled request held its connection \(ContinuousClock.now - start)")
+            // A second one, still open when the server is asked to stop.
+            return try await offThePool {
+                let socket = try LoopbackSocket(port: port)
+                try socket.send(stalled)
+                return socket
+            }
+        }
+        #expect(ContinuousClock.now - start < .seconds(40), "the shutdown waited for a stalled request")
+        _ = held
+    }
+
+    /// Nothing sent after a request with `Connection: close` is run: one answer, one count.
+    @Test func nothingIsReadAfterConnectionClose() async throws {
+        let counted = TestMetrics()
+        try await Self.withServer(counted: counted) { port in
+            let requests = "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(requests.utf8)))
+            #expect(answers.map(\.status) == [200])
+            try await Task.sleep(for: .milliseconds(300))
+            let healthz = (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", "healthz"), ("status", "200")]))?.totalValue
+            #expect(healthz == 1)
+        }
+    }
+
+    /// Thousands of pipelined requests the handler answers by itself (404s), after one answered
+    /// by a task: each is answered, in order, without the stack growing with the run.
+    @Test func aLongPipelineOfQuickAnswers() async throws {
+        try await Self.withServer { port in
+            let count = 3_000
+            let requests = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" + String(repeating: "GET /x HTTP/1.1\r\n\r\n", count: count)
+                + "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(requests.utf8), seconds: 30))
+            #expect(answers.count == count + 2)
+            #expect(answers.first?.status == 200 && answers.last?.status == 200)
+            #expect(answers.dropFirst().dropLast().allSatisfy { $0.status == 404 })
+        }
+    }
+
+    /// A declared body far over the limit is answered 413 at once and the connection closed,
+    /// without reading what the client says it will send.
+    @Test func aHugeDeclaredBodyIsRefusedAtOnce() async throws {
+        try await Self.withServer { port in
+            let start = ContinuousClock.now
+            let head = "POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n{"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(head.utf8), seconds: 30))
+            #expect(answers.map(\.status) == [413])
+            #expect(answers.first?.headers.contains("Connection: close") == true)
+            #expect(ContinuousClock.now - start < .seconds(20))
+        }
+    }
+
+    /// HTTP/1.0 with keep-alive is told so, and one without it is closed after its answer; every
+    /// answer carries a `Date` (RFC 9110's IMF-fixdate).
+    @Test func http10AndTheDateHeader() async throws {
+        try await Self.withServer { port in
+            let requests = "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(requests.utf8), seconds: 30))
+            #expect(answers.map(\.status) == [200, 200])
+            #expect(answers.first?.headers.contains("Connection: keep-alive") == true)
+            #expect(answers.last?.headers.contains("Connection: close") == true)
+            let date = /Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}:\d{2} GMT/
+            #expect(answers.allSatisfy { $0.headers.contains(date) })
+        }
+        #expect(HTTPDate.format(0) == "Thu, 01 Jan 1970 00:00:00 GMT")
+        #expect(HTTPDate.format(1_795_758_057) == "Fri, 27 Nov 2026 05:40:57 GMT")
+    }
+
+    /// Routes match the path alone: no query, an absolute-form target's path, no empty segments.
+    @Test func routePaths() {
+        #expect(ServiceRequestHandler.routePath("/healthz?probe=1") == "/healthz")
+        #expect(ServiceRequestHandler.routePath("http://example.org:8080/v1/ca?x=1") == "/v1/ca")
+        #expect(ServiceRequestHandler.routePath("https://example.org") == "/")
+        #expect(ServiceRequestHandler.routePath("//v1//ca/") == "/v1/ca")
+        #expect(ServiceRequestHandler.routePath("/") == "/")
+        #expect(ServiceRequestHandler.routePath("/v1/certificates") == "/v1/certificates")
+    }
 }
