@@ -73,14 +73,19 @@ public enum TokenHTTPServer {
     static func tlsConfiguration(_ service: TokenService) throws -> TLSConfiguration? {
         guard let tls = service.configuration.tls else { return nil }
         try ConfigurationError.checkPrivate(tls.key, key: "tls.key")
-        do {
+        return try usableTLS {
             let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate)
             let key = try NIOSSLPrivateKey(file: tls.key, format: .pem)
             var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
             configuration.certificateVerification = .optionalVerification
             configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(service.caPEM.utf8)))
             return configuration
-        } catch {
+        }
+    }
+
+    /// `make`'s result, or its error as the configuration's `tls` that cannot be used.
+    private static func usableTLS<T>(_ make: () throws -> T) throws -> T {
+        do { return try make() } catch {
             throw ConfigurationError(key: "tls", "the certificate or key cannot be used (\(error))")
         }
     }
@@ -124,10 +129,7 @@ public enum TokenHTTPServer {
         let configuration = service.configuration
         let scheme = configuration.tls == nil ? "http" : "https"
         let host = configuration.listen.host
-        let tls: NIOSSLContext?
-        do { tls = try tlsConfiguration(service).map { try NIOSSLContext(configuration: $0) } } catch let error as ConfigurationError { throw error } catch {
-            throw ConfigurationError(key: "tls", "the certificate or key cannot be used (\(error))")
-        }
+        let tls = try tlsConfiguration(service).map { configuration in try usableTLS { try NIOSSLContext(configuration: configuration) } }
         let server = ServiceHTTPServer(
             endpoints: ServiceEndpoints(service, metrics: metrics, counters: RequestCounters(factory: MetricsSystem.factory)),
             host: host, port: configuration.listen.port, tls: tls, idleTimeout: .seconds(idleTimeout(service)), logger: logger,

@@ -24,16 +24,15 @@ public struct CountingResponder: HTTPResponder {
     public typealias Context = TokenRequestContext
     let inner: RouterResponder<TokenRequestContext>
     let endpoints: ServiceEndpoints
-    var counters: RequestCounters { endpoints.counters }
 
     public func respond(to request: Request, context: Context) async throws -> Response {
         let endpoint = endpoints.name(ofPath: request.uri.path)
         do {
             let response = try await inner.respond(to: request, context: context)
-            counters.counter(endpoint: endpoint, status: response.status.code).increment()
+            endpoints.counters.counter(endpoint: endpoint, status: response.status.code).increment()
             return response
         } catch {
-            counters.counter(endpoint: endpoint, status: (error as? any HTTPResponseError)?.status.code ?? 500).increment()
+            endpoints.counters.counter(endpoint: endpoint, status: (error as? any HTTPResponseError)?.status.code ?? 500).increment()
             throw error
         }
     }

@@ -12,25 +12,26 @@ struct ServiceRequest: Sendable {
     var authorization: String?
     var contentType: String?
     /// The connection the request came on (its TLS handler holds the client's certificate).
-    var channel: (any Channel)?
+    var channel: any Channel
 
     /// The DER of the certificate the client presented in the TLS handshake, if any.
     func clientCertificateDER() async -> [UInt8]? {
-        guard let channel else { return nil }
-        return try? await channel.nioSSL_peerCertificate().get()?.toDERBytes()
+        try? await channel.nioSSL_peerCertificate().get()?.toDERBytes()
     }
 }
 
-/// One endpoint: its method and path, its name in `tokenserver_requests_total`, whether it reads a
-/// body, and what it answers (within the request timeout, for the endpoints that have one).
+/// One endpoint: its method and path, its name in `tokenserver_requests_total`, and what it
+/// answers (within the request timeout, for the endpoints that have one).
 struct ServiceEndpoint: Sendable {
     enum Method: Sendable { case get, post }
     let method: Method
     let path: String
     /// The `endpoint` dimension of the request counter.
     let name: String
-    let readsBody: Bool
     let respond: @Sendable (ServiceRequest) async -> ServiceResponse
+
+    /// A POST reads its body; a GET has none.
+    var readsBody: Bool { method == .post }
 }
 
 /// Every endpoint of a ``TokenService``, in one table that both HTTP front ends serve: the
@@ -44,11 +45,10 @@ struct ServiceEndpoints: Sendable {
     /// The request counters (`tokenserver_requests_total`).
     let counters: RequestCounters
     private let byPath: [String: ServiceEndpoint]
-    private let names: [String: String]
 
     /// The `endpoint` dimension of a path: its endpoint's name (`metrics` for `/metrics` also
-    /// without a registry), `unknown` for a path the service does not serve.
-    func name(ofPath path: String) -> String { names[path] ?? "unknown" }
+    /// without a registry: its 404s are counted so), `unknown` for a path the service does not serve.
+    func name(ofPath path: String) -> String { byPath[path]?.name ?? (path == "/metrics" ? "metrics" : "unknown") }
 
     /// The endpoint serving `method` on `path`.
     func endpoint(method: ServiceEndpoint.Method, path: String) -> ServiceEndpoint? {
@@ -66,12 +66,12 @@ struct ServiceEndpoints: Sendable {
         // `timeout` (every await in the service ends on cancellation).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
         func post(_ path: String, _ name: String, deadline: Bool = true, _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse) -> ServiceEndpoint {
-            ServiceEndpoint(method: .post, path: path, name: name, readsBody: true) { request in
+            ServiceEndpoint(method: .post, path: path, name: name) { request in
                 deadline ? await deadlines.run { await respond(request) } : await respond(request)
             }
         }
         func get(_ path: String, _ name: String, _ respond: @escaping @Sendable () async -> ServiceResponse) -> ServiceEndpoint {
-            ServiceEndpoint(method: .get, path: path, name: name, readsBody: false) { _ in await respond() }
+            ServiceEndpoint(method: .get, path: path, name: name) { _ in await respond() }
         }
         var endpoints = [
             post("/v1/auth", "auth") { await service.authenticate($0.body) },
@@ -94,8 +94,6 @@ struct ServiceEndpoints: Sendable {
         }
         self.endpoints = endpoints
         byPath = Dictionary(endpoints.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
-        // /metrics keeps its name without a registry: its 404s are counted as "metrics".
-        names = byPath.mapValues(\.name).merging(["/metrics": "metrics"]) { name, _ in name }
     }
 }
 

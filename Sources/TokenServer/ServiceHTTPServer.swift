@@ -156,14 +156,14 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// The connection's context while the handler is in its pipeline (nil once removed: an answer
     /// that comes after the connection closed is dropped).
     private var context: ChannelHandlerContext?
-    /// The request being read: its head, the endpoint and counter name of its path, its body.
+    /// The request being read: its head, its path and the endpoint that serves it, its body.
     private var head: HTTPRequestHead?
     private var endpoint: ServiceEndpoint?
     private var path = ""
     private var body = ByteBuffer()
-    /// Body bytes past the limit, read and dropped; past ``drainLimit`` the connection is closed.
+    /// The body's bytes once it is over the limit (read and dropped; it is answered 413); past
+    /// ``drainLimit`` the connection is closed. 0 while the body is within the limit.
     private var excess = 0
-    private var bodyTooLarge = false
     /// A request has been read whole and its answer is not yet written.
     private var answering = false
     /// Nothing more is read on this connection (`Connection: close`, the client half-closed, an
@@ -241,14 +241,12 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
             endpoint = method.flatMap { endpoints.endpoint(method: $0, path: path) }
             body.clear()
             excess = 0
-            bodyTooLarge = false
             if endpoint?.readsBody == true, let declared = head.headers.first(name: "content-length").flatMap(Int.init), declared > drainLimit {
                 refuseBody(head)
             }
         case .body(var part):
             guard let head, endpoint?.readsBody == true else { return }
-            if bodyTooLarge || body.readableBytes + part.readableBytes > endpoints.maxBody {
-                bodyTooLarge = true
+            if excess > 0 || body.readableBytes + part.readableBytes > endpoints.maxBody {
                 excess += body.readableBytes + part.readableBytes
                 body.clear()
                 if excess > drainLimit { refuseBody(head) }
@@ -275,12 +273,12 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
             let shown = path.count > 200 ? String(path.prefix(200)) + "…" : path
             return answerLater(.error(404, "not_found", "no endpoint \(head.method.rawValue) \(shown)"), version: head.version, keepAlive: keepAlive)
         }
-        if bodyTooLarge { return answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: keepAlive) }
+        if excess > 0 { return answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: keepAlive) }
         let request = ServiceRequest(
             body: Array(body.readableBytesView), authorization: head.headers.first(name: "authorization"),
             contentType: head.headers.first(name: "content-type"), channel: context.channel)
         answering = true
-        let loop = context.eventLoop, name = endpoints.name(ofPath: path), version = head.version
+        let loop = context.eventLoop, name = endpoint.name, version = head.version
         let handler = NIOLoopBound(self, eventLoop: loop)
         let work = self.work
         work.started()
@@ -297,7 +295,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     private func answerLater(_ response: ServiceResponse, version: HTTPVersion, keepAlive: Bool) {
         guard let context else { return }
         answering = true
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop), name = endpoints.name(ofPath: path)
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop), name = endpoint?.name ?? endpoints.name(ofPath: path)
         context.eventLoop.execute { handler.value.write(response, name: name, version: version, keepAlive: keepAlive) }
     }
 
@@ -354,6 +352,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         if error is HTTPParserError, !closing, !answering {
             head = nil
             closing = true
+            endpoint = nil
             path = ""
             return answerLater(.error(400, "invalid_request", "the request is not HTTP/1.1 this server reads"), version: .http1_1, keepAlive: false)
         }

@@ -55,10 +55,13 @@ public func temporaryDirectory() throws -> URL {
 /// ``run(_:_:stdin:cwd:)`` off the cooperative thread pool: for async tests whose process talks
 /// to a server running in the same test process (a blocked pool thread could starve it).
 public func runDetached(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cwd: URL? = nil) async throws -> (status: Int32, out: String, err: String) {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
-            continuation.resume(with: Result { try run(executable, arguments, stdin: stdin, cwd: cwd) })
-        }
+    try await offThePool { try run(executable, arguments, stdin: stdin, cwd: cwd) }
+}
+
+/// Runs blocking work (processes, sockets) on a Dispatch thread, not on the cooperative pool.
+public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
     }
 }
 

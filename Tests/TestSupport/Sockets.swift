@@ -103,10 +103,3 @@ extension LoopbackSocket {
         }
     }
 }
-
-/// Runs blocking work (processes, sockets) on a Dispatch thread, not on the cooperative pool.
-public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-    }
-}

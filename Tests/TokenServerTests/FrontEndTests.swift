@@ -12,40 +12,19 @@ import TokenKit
 /// what HTTP/1.1 clients rely on that the endpoint tests (through AsyncHTTPClient) do not show.
 @Suite("The service's HTTP/1.1 server")
 struct FrontEndTests {
-    /// The server alone around a service on embedded defaults, its requests counted in `counted`,
-    /// connections idle for `idle` closed; `body` gets its port (the OS picked it).
+    /// ``LiveServer/with(configure:serving:_:)`` with the server alone (no ledger services
+    /// beside it), its requests counted in `counted`, connections idle for `idle` seconds closed;
+    /// `body` gets its port (the OS picked it).
     static func withServer<T: Sendable>(
         counted: TestMetrics = TestMetrics(), idle: Int64 = 60, _ body: @Sendable (UInt16) async throws -> T
     ) async throws -> T {
-        let state = try temporaryDirectory()
-        var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
-        configuration.limits = ServerConfiguration.Limits(requestTimeoutSeconds: LiveServer.requestTimeout)
-        let service = try await TokenService.start(configuration: configuration, logger: Logger(label: "front-end-tests"))
-        let started = AsyncStream<Int>.makeStream()
-        let server = ServiceHTTPServer(
-            endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: counted)),
-            host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(idle), logger: Logger(label: "front-end-tests"),
-            beforeStart: { try await service.prepare() },
-            onRunning: { port in
-                started.continuation.yield(port)
-                started.continuation.finish()
-            })
-        let group = ServiceGroup(configuration: .init(services: [server], logger: Logger(label: "front-end-tests")))
-        return try await withThrowingTaskGroup(of: T?.self) { tasks in
-            tasks.addTask { try await group.run(); return nil }
-            guard let port = await started.stream.first(where: { _ in true }) else { throw SupportFailure("the server did not start") }
-            do {
-                let result = try await body(UInt16(port))
-                await group.triggerGracefulShutdown()
-                try await tasks.waitForAll()
-                await service.shutdown()
-                return result
-            } catch {
-                await group.triggerGracefulShutdown()
-                await service.shutdown()
-                throw error
-            }
-        }
+        try await LiveServer.with(serving: { service, logger, onRunning in
+            let server = ServiceHTTPServer(
+                endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: counted)),
+                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(idle), logger: logger,
+                beforeStart: { try await service.prepare() }, onRunning: onRunning)
+            return ServiceGroup(configuration: .init(services: [server], logger: logger))
+        }) { server in try await body(server.port) }
     }
 
     /// The responses in `bytes`, in order: status and body of each (by Content-Length).

@@ -26,6 +26,7 @@ enum ProcessMetrics {
 /// A running server on loopback (real sockets), with a client and an openssl scratch directory.
 struct LiveServer {
     let base: String
+    let port: UInt16
     let state: URL
     let service: TokenService
     let client: HTTPClient
@@ -38,10 +39,20 @@ struct LiveServer {
     /// `metricsShowTheLedgersCommits`, twice).
     static let requestTimeout: Double = 300
 
+    /// How a test serves the service: the group to run, given the service, a logger and what to
+    /// call with the bound port.
+    typealias Serving = @Sendable (TokenService, Logger, @escaping @Sendable (Int) async -> Void) throws -> ServiceGroup
+
+    /// What `tokentool serve` runs: ``TokenHTTPServer/serviceGroup(_:logger:signals:metrics:onRunning:)``.
+    static let serviceGroup: Serving = { service, logger, onRunning in
+        try TokenHTTPServer.serviceGroup(service, logger: logger, metrics: ProcessMetrics.registry, onRunning: onRunning)
+    }
+
     /// Starts a server on embedded defaults (plus `configure`; ``requestTimeout`` for requests),
-    /// runs `body`, stops it gracefully.
+    /// served by `serving`, runs `body`, stops it gracefully.
     static func with<T: Sendable>(
-        configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, _ body: @Sendable (LiveServer) async throws -> T
+        configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, serving: Serving = serviceGroup,
+        _ body: @Sendable (LiveServer) async throws -> T
     ) async throws -> T {
         let state = try temporaryDirectory()
         var configuration = try ServerConfiguration.embeddedDefaults(state: state.path, port: 0)
@@ -51,7 +62,7 @@ struct LiveServer {
         logger.logLevel = .warning
         let service = try await TokenService.start(configuration: configuration, logger: logger)
         let started = AsyncStream<Int>.makeStream()
-        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, metrics: ProcessMetrics.registry) { port in
+        let group = try serving(service, logger) { port in
             started.continuation.yield(port)
             started.continuation.finish()
         }
@@ -63,7 +74,7 @@ struct LiveServer {
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
             tasks.addTask { try await group.run(); return nil }
             guard let port = await started.stream.first(where: { _ in true }) else { throw SupportFailure("the server did not start") }
-            let server = LiveServer(base: "http://127.0.0.1:\(port)", state: state, service: service, client: client, secret: secret)
+            let server = LiveServer(base: "http://127.0.0.1:\(port)", port: UInt16(port), state: state, service: service, client: client, secret: secret)
             do {
                 let result = try await body(server)
                 await group.triggerGracefulShutdown()
