@@ -22,9 +22,16 @@ struct Serve: AsyncParsableCommand {
             tokentool-state/dev-hs256.secret. It prints where it listens and a curl line to try.
 
             Endpoints: POST /v1/auth (Ditto webhook: {appID, provider, token}), POST \
-            /v1/certificates ({provider, token, csr}), GET /v1/ca, GET /v1/crl, POST /v1/ocsp, \
-            GET /healthz, GET /metrics. SIGTERM or Ctrl-C shut it down gracefully: requests in \
-            flight finish.
+            /v1/certificates ({provider, token, csr}), POST /v1/certificates/renew (mutual TLS), \
+            POST /v1/logout, POST /v1/admin/revoke, POST /v1/token (token exchange), POST \
+            /v1/sso/openweb, GET /.well-known/openid-configuration, GET /.well-known/jwks.json, \
+            GET /v1/ca, GET /v1/crl, POST /v1/ocsp, GET /healthz, GET /metrics (the README lists \
+            what each takes and answers).
+
+            It speaks HTTP/1.1 (keep-alive, pipelined requests answered in order; HTTPS with \
+            --tls-certificate and --tls-key). A connection silent for the request timeout (at \
+            least 5 s) outside an answer is closed. SIGTERM or Ctrl-C shut it down gracefully: \
+            it stops accepting, and requests in flight finish.
 
             --config FILE reads a JSON configuration (see the README, "TokenServer"); errors name \
             the offending key.
@@ -59,8 +66,8 @@ struct Serve: AsyncParsableCommand {
     var selfCheck = false
 
     func run() async throws {
-        // Formats its metadata only for a message it writes (Hummingbird sets a request ID on
-        // every request's logger; swift-log's default handler formats it at each set).
+        // Formats its metadata only for a message it writes (swift-log's default handler formats
+        // it at each set; the service sets metadata on paths that rarely log).
         var logger = Logger(label: "tokentool.serve") { ServerLogHandler.standardError(label: $0) }
         logger.logLevel = .info
         var configuration: ServerConfiguration
