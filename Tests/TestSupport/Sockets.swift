@@ -69,6 +69,14 @@ public final class LoopbackSocket: @unchecked Sendable {
         }
     }
 
+    /// Makes the close (at deinit) a reset: the server's next read fails and it drops the
+    /// connection at once, as when a client goes away (a plain close reads as a half-closure,
+    /// after which the server still answers).
+    public func resetOnClose() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
     /// Shuts down the sending side (the server reads end of stream; it can still answer).
     public func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
 

@@ -3,6 +3,7 @@ import Logging
 import MetricsTestKit
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 import TestSupport
 import Testing
 import TokenKit
@@ -193,6 +194,53 @@ struct FrontEndTests {
         }
         #expect(HTTPDate.format(0) == "Thu, 01 Jan 1970 00:00:00 GMT")
         #expect(HTTPDate.format(1_795_758_057) == "Fri, 27 Nov 2026 05:40:57 GMT")
+    }
+
+    /// A graceful shutdown returns only once every request's work has ended, also the work of a
+    /// client that left without its answer (``InFlightWork``): here an SSO call still waiting for
+    /// OpenWeb, which answers 2 s after it is asked. Without that wait the server returns at once
+    /// (no connection is left), while the call still runs.
+    @Test(.timeLimit(.minutes(1))) func shutdownWaitsForTheWorkOfAClientThatLeft() async throws {
+        let openweb = try OpenWebServer()
+        defer { openweb.stop() }
+        try openweb.setMode("slow", delay: 2)
+        let section = try openweb.section(timeout: 8)
+        let returned = ReturnTime.Instant()
+        let asked = try await LiveServer.with(configure: { $0.openweb = section }, serving: { service, logger, onRunning in
+            let server = ServiceHTTPServer(
+                endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: TestMetrics())),
+                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(60), logger: logger,
+                beforeStart: { try await service.prepare() }, onRunning: onRunning)
+            return ServiceGroup(configuration: .init(services: [ReturnTime(server: server, returned: returned)], logger: logger))
+        }) { server in
+            let body = Array(JSONValue.object([
+                "provider": .string("dev"), "token": .string(try server.token(["name": .string("Ada")])), "codeA": .string(OpenWebTests.codeA),
+            ]).compactText.utf8)
+            let head = "POST /v1/sso/openweb HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n"
+            do {
+                let socket = try LoopbackSocket(port: server.port)
+                try socket.send(Array(head.utf8) + body)
+                let deadline = ContinuousClock.now + .seconds(20)
+                while openweb.requests.isEmpty && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                socket.resetOnClose()
+            }  // the socket closes here, by a reset: the client leaves before its answer
+            return ContinuousClock.now
+        }
+        #expect(openweb.requests.count == 1)
+        let end = try #require(returned.value.withLock { $0 })
+        #expect(end - asked >= .milliseconds(1500), "the server returned \(end - asked) after OpenWeb was asked, before OpenWeb answered (2 s)")
+    }
+
+    /// A server whose `run()` notes when it returned.
+    struct ReturnTime: Service {
+        final class Instant: Sendable { let value = Mutex<ContinuousClock.Instant?>(nil) }
+        let server: ServiceHTTPServer
+        let returned: Instant
+
+        func run() async throws {
+            try await server.run()
+            returned.value.withLock { $0 = .now }
+        }
     }
 
     /// Routes match the path alone: no query, an absolute-form target's path, no empty segments.
