@@ -3,20 +3,25 @@ import Synchronization
 /// Request timeouts without a timer per request.
 ///
 /// Each request's work runs in a task of its own, registered here with its deadline; one watchdog
-/// task, alive while anything is registered, wakes every `tick` and cancels the work whose
-/// deadline has passed. The request then answers 503 `timeout` once its work has stopped (every
-/// await in the service — key fetches, the ledger — ends on cancellation).
+/// task, alive while anything is registered, wakes every `tick`, and answers every request whose
+/// deadline has passed with its timeout response (503 `timeout` unless the endpoint gives another)
+/// and cancels its work. The answer does not wait for the work to stop: a ledger that does not
+/// answer (a PostgreSQL server that hangs) may not end its await on cancellation, and the request
+/// must still be answered in time. The work's own response, if it comes later, is dropped.
 ///
 /// The previous form, a task group racing the work against `Task.sleep`, left one pending
 /// dispatch timer per request until its deadline (10 s by default, so tens of thousands under
 /// load) and cost a third of the certificate endpoint's throughput (`scripts/load.sh`:
 /// 5,200 → 6,750 requests/s with no timeout at all).
 final class RequestDeadlines: Sendable {
-    /// A request's work and deadline; the watchdog removes it when it cancels the work, so a
-    /// request that no longer finds its entry has expired.
+    /// A request waiting for its answer: its deadline, the answer past it, its work (once
+    /// started), and the caller's continuation. Whoever removes it — the work's end or the
+    /// watchdog — resumes the caller, exactly once.
     private struct Pending {
         let deadline: ContinuousClock.Instant
-        let work: Task<ServiceResponse, Never>
+        let timedOut: ServiceResponse
+        var work: Task<Void, Never>?
+        let answer: UnsafeContinuation<ServiceResponse, Never>
     }
 
     private struct State {
@@ -29,7 +34,6 @@ final class RequestDeadlines: Sendable {
     private let duration: Duration
     private let tick: Duration
 
-    /// - Parameter duration: How long a request's work may take.
     init(_ duration: Duration) {
         self.duration = duration
         // A tenth of a second late at most, and finer for short timeouts (tests).
@@ -39,37 +43,49 @@ final class RequestDeadlines: Sendable {
     /// Requests being watched now.
     var watched: Int { state.withLock { $0.pending.count } }
 
-    /// Runs `operation` within the deadline: its response, or 503 `timeout` when the deadline
-    /// passed first. Cancelling the caller cancels the work.
-    func run(_ operation: @escaping @Sendable () async -> ServiceResponse) async -> ServiceResponse {
-        let work = Task { await operation() }
-        let (id, startWatchdog) = state.withLock { state -> (UInt64, Bool) in
-            let id = state.nextID
-            state.nextID &+= 1
-            state.pending[id] = Pending(deadline: .now + duration, work: work)
-            let start = !state.watching
-            state.watching = true
-            return (id, start)
+    /// Runs `operation` within the deadline: its response, or `timedOut` (by default 503
+    /// `timeout`) as soon as the deadline has passed, whether or not the work has stopped.
+    /// Cancelling the caller cancels the work (its response, if it ends so, is the answer).
+    func run(
+        timedOut: ServiceResponse? = nil, _ operation: @escaping @Sendable () async -> ServiceResponse
+    ) async -> ServiceResponse {
+        let timeout = timedOut ?? .error(503, "timeout", "the request took longer than \(duration)")
+        let id = state.withLock { state in
+            defer { state.nextID &+= 1 }
+            return state.nextID
         }
-        if startWatchdog { Task.detached { await self.watch() } }
-        let response = await withTaskCancellationHandler { await work.value } onCancel: { work.cancel() }
-        let expired = state.withLock { $0.pending.removeValue(forKey: id) } == nil
-        return expired ? .error(503, "timeout", "the request took longer than \(duration)") : response
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (answer: UnsafeContinuation<ServiceResponse, Never>) in
+                let startWatchdog = state.withLock { state -> Bool in
+                    state.pending[id] = Pending(deadline: .now + duration, timedOut: timeout, work: nil, answer: answer)
+                    defer { state.watching = true }
+                    return !state.watching
+                }
+                if startWatchdog { Task.detached { await self.watch() } }
+                let work = Task {
+                    let response = await operation()
+                    state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
+                }
+                state.withLock { $0.pending[id]?.work = work }
+            }
+        } onCancel: {
+            state.withLock { $0.pending[id]?.work }?.cancel()
+        }
     }
 
-    /// Cancels the work past its deadline every `tick`; ends when nothing is registered.
     private func watch() async {
         while true {
             try? await Task.sleep(for: tick)
             let now = ContinuousClock.now
-            let keepWatching = state.withLock { state -> Bool in
+            let (expired, keepWatching) = state.withLock { state -> ([Pending], Bool) in
                 let expired = state.pending.filter { $0.value.deadline <= now }
-                for (id, pending) in expired {
-                    pending.work.cancel()
-                    state.pending.removeValue(forKey: id)
-                }
+                for id in expired.keys { state.pending.removeValue(forKey: id) }
                 if state.pending.isEmpty { state.watching = false }
-                return state.watching
+                return (Array(expired.values), state.watching)
+            }
+            for pending in expired {
+                pending.work?.cancel()
+                pending.answer.resume(returning: pending.timedOut)
             }
             if !keepWatching { return }
         }

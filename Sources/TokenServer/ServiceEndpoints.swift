@@ -65,14 +65,17 @@ struct ServiceEndpoints: Sendable {
         // Past the request timeout an endpoint's work is cancelled and the request answered 503
         // `timeout` (every await in the service ends on cancellation).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
-        func post(_ path: String, _ name: String, deadline: Bool = true, _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse) -> ServiceEndpoint {
-            ServiceEndpoint(method: .post, path: path, name: name) { request in
-                deadline ? await deadlines.run { await respond(request) } : await respond(request)
-            }
+        func post(
+            _ path: String, _ name: String, timedOut: ServiceResponse? = nil, _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse
+        ) -> ServiceEndpoint {
+            ServiceEndpoint(method: .post, path: path, name: name) { request in await deadlines.run(timedOut: timedOut) { await respond(request) } }
         }
-        func get(_ path: String, _ name: String, _ respond: @escaping @Sendable () async -> ServiceResponse) -> ServiceEndpoint {
-            ServiceEndpoint(method: .get, path: path, name: name) { _ in await respond() }
+        // GETs answer from memory, except the CRL, which reads the ledger: it has the deadline.
+        func get(_ path: String, _ name: String, deadline: Bool = false, _ respond: @escaping @Sendable () async -> ServiceResponse) -> ServiceEndpoint {
+            ServiceEndpoint(method: .get, path: path, name: name) { _ in deadline ? await deadlines.run { await respond() } : await respond() }
         }
+        // OCSP clients read an OCSP response: past the deadline, `tryLater`.
+        let ocspTryLater = ServiceResponse(status: 200, contentType: "application/ocsp-response", body: PeerCertificateAuthority.ocspTryLater)
         var endpoints = [
             post("/v1/auth", "auth") { await service.authenticate($0.body) },
             post("/v1/certificates", "certificates") { await service.issueCertificate($0.body) },
@@ -84,8 +87,8 @@ struct ServiceEndpoints: Sendable {
             get("/.well-known/openid-configuration", "discovery") { service.discoveryDocument() },
             get("/.well-known/jwks.json", "jwks") { service.publishedKeys() },
             get("/v1/ca", "ca") { ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)) },
-            get("/v1/crl", "crl") { await service.crl() },
-            post("/v1/ocsp", "ocsp", deadline: false) { await service.ocsp($0.body) },
+            get("/v1/crl", "crl", deadline: true) { await service.crl() },
+            post("/v1/ocsp", "ocsp", timedOut: ocspTryLater) { await service.ocsp($0.body) },
             get("/healthz", "healthz") { ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)) },
         ]
         if let metrics {

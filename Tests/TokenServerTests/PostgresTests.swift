@@ -14,6 +14,51 @@ struct PostgresTests {
         try await withTestPostgres { url in try await twoInstances(url) }
     }
 
+    /// A PostgreSQL server that stops answering (its processes stopped by SIGSTOP: connections
+    /// open, nothing answered): the CRL is answered 503 `timeout` and OCSP with a `tryLater`
+    /// response within the request timeout, instead of being held until the database returns.
+    @Test func aStalledLedgerIsAnsweredWithinTheTimeout() async throws {
+        try await withTestPostgresCluster { url, cluster in
+            try await LiveServer.with(configure: {
+                $0.store = url
+                $0.limits = ServerConfiguration.Limits(requestTimeoutSeconds: 2)
+            }) { server in
+                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+                let (status, issued) = try await server.json(
+                    "/v1/certificates", ["provider": .string("dev"), "token": .string(try server.token()), "csr": .string(csr)])
+                #expect(status == 200)
+                let dir = try temporaryDirectory()
+                let openssl = try #require(which("openssl"))
+                let chain = try #require(issued["certificate"]?.stringValue)
+                let parts = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
+                try parts[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
+                try parts[1].write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+                // -timeout: a server that held the request would fail the test rather than hang it.
+                let ocspArguments = ["ocsp", "-issuer", "issuer.pem", "-cert", "leaf.pem", "-url", server.base + "/v1/ocsp", "-noverify", "-timeout", "20"]
+                #expect(try await server.request(.GET, "/v1/crl").status == 200)
+                let before = try await runDetached(openssl, ocspArguments, cwd: dir)
+                #expect(before.out.contains("leaf.pem: good"), "\(before.out)\(before.err)")
+
+                try cluster.signal("STOP")
+                do {
+                    let start = ContinuousClock.now
+                    let crl = try await server.request(.GET, "/v1/crl")
+                    #expect(crl.status == 503)
+                    #expect(String(decoding: crl.body, as: UTF8.self).contains("\"timeout\""))
+                    let ocsp = try await runDetached(openssl, ocspArguments, cwd: dir)
+                    #expect((ocsp.out + ocsp.err).lowercased().contains("trylater"), "\(ocsp.out)\(ocsp.err)")
+                    let elapsed = ContinuousClock.now - start
+                    #expect(elapsed >= .seconds(3.5) && elapsed < .seconds(30), "\(elapsed)")
+                } catch {
+                    try cluster.signal("CONT")
+                    throw error
+                }
+                try cluster.signal("CONT")
+                #expect(try await server.request(.GET, "/v1/crl").status == 200)
+            }
+        }
+    }
+
     func twoInstances(_ url: String) async throws {
         let dir = try temporaryDirectory()
         let caDirectory = dir.appendingPathComponent("ca").path

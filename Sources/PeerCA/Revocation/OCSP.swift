@@ -84,7 +84,7 @@ enum OCSPResponder {
     }
 
     /// Response status codes (RFC 6960 §4.2.1).
-    enum ResponseStatus: Int { case successful = 0, malformedRequest = 1, internalError = 2, unauthorized = 6 }
+    enum ResponseStatus: Int { case successful = 0, malformedRequest = 1, internalError = 2, tryLater = 3, unauthorized = 6 }
 
     static func respond(
         to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval,
