@@ -62,8 +62,8 @@ struct ServiceEndpoints: Sendable {
     init(_ service: TokenService, metrics: PrometheusCollectorRegistry?, counters: RequestCounters) {
         maxBody = service.configuration.maxBodyBytes
         self.counters = counters
-        // Past the request timeout an endpoint's work is cancelled and the request answered 503
-        // `timeout` (every await in the service ends on cancellation).
+        // Past the request timeout the request is answered 503 `timeout` (OCSP: `tryLater`) and its
+        // work cancelled; the answer does not wait for the work to stop (RequestDeadlines).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
         func post(
             _ path: String, _ name: String, timedOut: ServiceResponse? = nil, _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse
