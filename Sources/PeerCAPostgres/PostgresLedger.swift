@@ -3,6 +3,7 @@ public import Logging
 import NIOCore
 public import PeerCA
 import PostgresNIO
+import Synchronization
 public import ServiceLifecycle
 
 /// The issuance ledger in PostgreSQL, for several CA instances behind a load balancer: serials
@@ -11,18 +12,22 @@ public import ServiceLifecycle
 /// Concurrent ``record(_:claiming:)`` calls share one transaction and one commit (group commit).
 ///
 /// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
-/// while the ledger is in use, and call ``migrate()`` once it runs. Its errors are
+/// while the ledger is in use, and call ``migrate(connectionWait:)`` once it runs. Its errors are
 /// `PeerCAError`s; the URL's password never appears in them.
 public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
     let logger: Logger
+    /// The server as errors name it: host and port (never the password).
+    private let target: String
     /// Concurrent ``record(_:claiming:)`` calls share transactions (group commit).
     private let commits: GroupCommit<LedgerRecord>
 
     /// A ledger for `postgres://user:password@host:port/database[?sslmode=disable|prefer|require]`.
     public init(url: String, logger: Logger) throws(PeerCAError) {
-        let client = PostgresClient(configuration: try PostgresLedger.configuration(url), backgroundLogger: logger)
+        let configuration = try PostgresLedger.configuration(url)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
+        target = "\(configuration.host ?? "?"):\(configuration.port ?? 5432)"
         self.logger = logger
         // The batch writer holds the client and logger, not the ledger (no reference cycle).
         commits = GroupCommit { batch in await PostgresLedger.write(batch, client: client, logger: logger) }
@@ -50,9 +55,58 @@ public final class PostgresLedger: CertificateLedger, Service {
     /// Creates the tables if they do not exist, and adds what later versions added (the
     /// `provider` column, `ended_sessions`) to a ledger made before; serialised across instances
     /// by an advisory lock, and idempotent.
-    public func migrate() async throws(PeerCAError) {
+    ///
+    /// - Parameter connectionWait: How long to wait for a first connection to the server. The
+    ///   pool tries again and again (its log lines say why each try failed); past this a server
+    ///   that is down, refuses or never answers is an error (``PeerCAError/Code/ledger``, naming
+    ///   the host and port, never the password) instead of a wait without end.
+    public func migrate(connectionWait: Duration = PostgresLedger.defaultConnectionWait) async throws(PeerCAError) {
+        let connected = ConnectedFlag()
+        do {
+            // Two tasks: the migration (true when done), and a timer that fails the wait if no
+            // connection came in time (false: one did, the migration goes on). Leaving cancels the
+            // other; the pool gives up a connection request when cancelled.
+            try await withThrowingTaskGroup(of: Bool.self) { tasks in
+                tasks.addTask {
+                    try await self.migrateOnce(connected: connected)
+                    return true
+                }
+                tasks.addTask {
+                    try await Task.sleep(for: connectionWait)
+                    if !connected.value.load(ordering: .acquiring) { throw ConnectionWaitExpired() }
+                    return false
+                }
+                defer { tasks.cancelAll() }
+                while let migrated = try await tasks.next() {
+                    if migrated { return }
+                }
+            }
+        } catch is ConnectionWaitExpired {
+            throw PeerCAError(
+                .ledger,
+                "cannot prepare the PostgreSQL ledger: no connection to \(target) within \(connectionWait) (PostgresNIO's log lines say why)")
+        } catch let error as PeerCAError {
+            throw error
+        } catch {
+            throw PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))")
+        }
+    }
+
+    /// How long ``migrate(connectionWait:)`` waits for a first connection by default.
+    public static let defaultConnectionWait: Duration = .seconds(15)
+
+    private struct ConnectionWaitExpired: Error {}
+
+    /// Set once the migration has a connection.
+    private final class ConnectedFlag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+
+    private func migrateOnce(connected: ConnectedFlag) async throws {
         do {
             try await client.withConnection { connection in
+                connected.value.store(true, ordering: .releasing)
                 try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
                 var failure: (any Error)?
                 do {

@@ -204,6 +204,26 @@ struct LedgerLocationTests {
         #expect(!(try LedgerLocation("postgres://tokentool@db/tt")).holdsPassword)
     }
 
+    /// A PostgreSQL server that takes connections and never answers (a listening socket nobody
+    /// reads): preparing the ledger fails once the connection wait is over, with an error that
+    /// names the server and not the password, instead of waiting without end (what `tokentool
+    /// serve` did at start with a server that was down).
+    @Test(.timeLimit(.minutes(1))) func aSilentPostgresServerFailsThePreparationInTime() async throws {
+        let listener = try LoopbackListener()
+        let ledger = try PostgresLedger(url: "postgres://tokentool:s3cret@127.0.0.1:\(listener.port)/tt?sslmode=disable", logger: Logger(label: "t"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { await ledger.run() }
+            defer { tasks.cancelAll() }
+            let start = ContinuousClock.now
+            let error = await #expect(throws: PeerCAError.self) { try await ledger.migrate(connectionWait: .seconds(1)) }
+            #expect(ContinuousClock.now - start < .seconds(60))
+            #expect(error?.code == .ledger)
+            #expect(error?.message.contains("127.0.0.1:\(listener.port)") == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("s3cret") == false)
+        }
+        withExtendedLifetime(listener) {}
+    }
+
     /// A bad PostgreSQL URL is a typed settings error that does not repeat the password.
     @Test func aBadPostgresURLIsATypedError() {
         let error = #expect(throws: PeerCAError.self) { _ = try LedgerStore.open(.postgres(url: "postgres://:s3cret@/"), logger: Logger(label: "t")) }
