@@ -58,7 +58,7 @@ public final class PostgresLedger: CertificateLedger, Service {
     ///
     /// - Parameter connectionWait: How long to wait for a first connection to the server. The
     ///   pool tries again and again (its log lines say why each try failed); past this a server
-    ///   that is down, refuses or never answers is an error (``PeerCAError/Code/ledger``, naming
+    ///   that is down, refuses or never answers is an error (`PeerCAError` `.ledger`, naming
     ///   the host and port, never the password) instead of a wait without end.
     public func migrate(connectionWait: Duration = PostgresLedger.defaultConnectionWait) async throws(PeerCAError) {
         let connected = ConnectedFlag()
