@@ -88,9 +88,15 @@ struct Serve: AsyncParsableCommand {
         // The process's metrics go to one Prometheus registry, which GET /metrics shows.
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        let group = try TokenHTTPServer.serviceGroup(service, logger: logger, signals: [.sigterm, .sigint], metrics: registry) { port in
-            started.continuation.yield(port)
-            started.continuation.finish()
+        let group: ServiceGroup
+        do {
+            group = try TokenHTTPServer.serviceGroup(service, logger: logger, signals: [.sigterm, .sigint], metrics: registry) { port in
+                started.continuation.yield(port)
+                started.continuation.finish()
+            }
+        } catch let error as ConfigurationError {  // the TLS files: unreadable, or not a certificate and its key
+            await service.shutdown()
+            throw CLIExit.usage("\(config ?? "defaults"): \(error)")
         }
         let devToken = config == nil ? try Self.devToken(state: state) : nil
         let scheme = configuration.tls == nil ? "http" : "https"

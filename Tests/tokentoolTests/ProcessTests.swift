@@ -78,6 +78,15 @@ struct ServeProcessTests {
         #expect(result.err.contains("--tls-certificate and --tls-key go together"), "\(result.err)")
     }
 
+    /// TLS files that cannot be read are a configuration error like the others: the key named,
+    /// exit 2 (it was ArgumentParser's generic "Error:" and exit 1).
+    @Test func unreadableTLSFilesNameTheKey() throws {
+        let dir = try temporaryDirectory()
+        let result = try run(tokentoolExecutable, ["serve", "--port", "0", "--tls-certificate", "none.pem", "--tls-key", "none.key"], cwd: dir)
+        #expect(result.status == 2, "\(result.err)")
+        #expect(result.err.contains("tokentool: defaults: configuration: tls."), "\(result.err)")
+    }
+
     @Test func badConfigurationNamesTheKey() throws {
         let dir = try temporaryDirectory()
         try #"{"providers": {"auth0": {"type": "oidc"}}}"#.write(to: dir.appendingPathComponent("bad.json"), atomically: true, encoding: .utf8)
