@@ -208,7 +208,7 @@ struct LedgerLocationTests {
     /// reads): preparing the ledger fails once the connection wait is over, with an error that
     /// names the server and not the password, instead of waiting without end (what `tokentool
     /// serve` did at start with a server that was down).
-    @Test(.timeLimit(.minutes(1))) func aSilentPostgresServerFailsThePreparationInTime() async throws {
+    @Test(.timeLimit(.minutes(3))) func aSilentPostgresServerFailsThePreparationInTime() async throws {
         let listener = try LoopbackListener()
         let ledger = try PostgresLedger(url: "postgres://tokentool:s3cret@127.0.0.1:\(listener.port)/tt?sslmode=disable", logger: Logger(label: "t"))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
