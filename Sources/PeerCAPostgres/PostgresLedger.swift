@@ -85,8 +85,6 @@ public final class PostgresLedger: CertificateLedger, Service {
             throw PeerCAError(
                 .ledger,
                 "cannot prepare the PostgreSQL ledger: no connection to \(target) within \(connectionWait) (PostgresNIO's log lines say why)")
-        } catch let error as PeerCAError {
-            throw error
         } catch {
             throw PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))")
         }
@@ -102,25 +100,21 @@ public final class PostgresLedger: CertificateLedger, Service {
         let value = Atomic<Bool>(false)
     }
 
-
+    /// The migration itself, once connected (its errors as PostgresNIO throws them).
     private func migrateOnce(connected: ConnectedFlag) async throws {
-        do {
-            try await client.withConnection { connection in
-                connected.value.store(true, ordering: .releasing)
-                try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
-                var failure: (any Error)?
-                do {
-                    for statement in PostgresLedger.schema {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                    }
-                } catch {
-                    failure = error
+        try await client.withConnection { connection in
+            connected.value.store(true, ordering: .releasing)
+            try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
+            var failure: (any Error)?
+            do {
+                for statement in PostgresLedger.schema {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
-                try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
-                if let failure { throw failure }
+            } catch {
+                failure = error
             }
-        } catch {
-            throw PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))")
+            try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
+            if let failure { throw failure }
         }
     }
 

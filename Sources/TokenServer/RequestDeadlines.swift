@@ -19,7 +19,8 @@ final class RequestDeadlines: Sendable {
     /// watchdog — resumes the caller, exactly once.
     private struct Pending {
         let deadline: ContinuousClock.Instant
-        let timedOut: ServiceResponse
+        /// The endpoint's own answer past the deadline; nil for ``timeoutAnswer``.
+        let timedOut: ServiceResponse?
         var work: Task<Void, Never>?
         let answer: UnsafeContinuation<ServiceResponse, Never>
     }
@@ -33,9 +34,13 @@ final class RequestDeadlines: Sendable {
     private let state = Mutex(State())
     private let duration: Duration
     private let tick: Duration
+    /// 503 `timeout`: the answer past the deadline unless the endpoint gives another (made once,
+    /// not for every request).
+    private let timeoutAnswer: ServiceResponse
 
     init(_ duration: Duration) {
         self.duration = duration
+        timeoutAnswer = .error(503, "timeout", "the request took longer than \(duration)")
         // A tenth of a second late at most, and finer for short timeouts (tests).
         tick = min(.milliseconds(100), max(.milliseconds(1), duration / 4))
     }
@@ -49,7 +54,6 @@ final class RequestDeadlines: Sendable {
     func run(
         timedOut: ServiceResponse? = nil, _ operation: @escaping @Sendable () async -> ServiceResponse
     ) async -> ServiceResponse {
-        let timeout = timedOut ?? .error(503, "timeout", "the request took longer than \(duration)")
         let id = state.withLock { state in
             defer { state.nextID &+= 1 }
             return state.nextID
@@ -57,7 +61,7 @@ final class RequestDeadlines: Sendable {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (answer: UnsafeContinuation<ServiceResponse, Never>) in
                 let startWatchdog = state.withLock { state -> Bool in
-                    state.pending[id] = Pending(deadline: .now + duration, timedOut: timeout, work: nil, answer: answer)
+                    state.pending[id] = Pending(deadline: .now + duration, timedOut: timedOut, work: nil, answer: answer)
                     defer { state.watching = true }
                     return !state.watching
                 }
@@ -85,7 +89,7 @@ final class RequestDeadlines: Sendable {
             }
             for pending in expired {
                 pending.work?.cancel()
-                pending.answer.resume(returning: pending.timedOut)
+                pending.answer.resume(returning: pending.timedOut ?? timeoutAnswer)
             }
             if !keepWatching { return }
         }

@@ -22,9 +22,10 @@ import Synchronization
 ///
 /// What it keeps from the framework: keep-alive and pipelined requests answered in order
 /// (`HTTPServerPipelineHandler`), nothing read after `Connection: close`, 400 and a close on a
-/// malformed request (our own: NIO's error handler would also answer bytes after a closing request), the decoder's header limits, a connection closed when it has been silent
-/// for `idleTimeout` outside an answer (also one stalled in the middle of a request), an answer for
-/// a client that half-closes after its request, HTTPS (with the client's certificate, optional, for
+/// malformed request (our own: NIO's error handler would also answer bytes after a closing
+/// request), the decoder's header limits, a connection closed when it has been silent for
+/// `idleTimeout` outside an answer (also one stalled in the middle of a request), an answer for a
+/// client that half-closes after its request, HTTPS (with the client's certificate, optional, for
 /// renewal), a `Date` header, and a graceful shutdown that stops accepting, closes idle
 /// connections, lets requests in flight finish and waits for their work.
 final class ServiceHTTPServer: Service {

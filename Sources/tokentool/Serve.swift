@@ -80,9 +80,11 @@ struct Serve: AsyncParsableCommand {
         if let port { configuration.listen.port = port }
         if let tlsCertificate, let tlsKey { configuration.tls = ServerConfiguration.TLS(certificate: tlsCertificate, key: tlsKey) }
         if selfCheck { configuration.listen.port = 0 }
+        // A configuration error names where the configuration came from.
+        let misconfigured = { (error: ConfigurationError) in CLIExit.usage("\(config ?? "defaults"): \(error)") }
         let service: TokenService
         do { service = try await TokenService.start(configuration: configuration, logger: logger) } catch let error as ConfigurationError {
-            throw CLIExit.usage("\(config ?? "defaults"): \(error)")
+            throw misconfigured(error)
         }
         let started = AsyncStream<Int>.makeStream()
         // The process's metrics go to one Prometheus registry, which GET /metrics shows.
@@ -96,7 +98,7 @@ struct Serve: AsyncParsableCommand {
             }
         } catch let error as ConfigurationError {  // the TLS files: unreadable, or not a certificate and its key
             await service.shutdown()
-            throw CLIExit.usage("\(config ?? "defaults"): \(error)")
+            throw misconfigured(error)
         }
         let devToken = config == nil ? try Self.devToken(state: state) : nil
         let scheme = configuration.tls == nil ? "http" : "https"

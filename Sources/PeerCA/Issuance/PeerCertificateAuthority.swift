@@ -352,6 +352,10 @@ public final class PeerCertificateAuthority: Sendable {
         return der
     }
 
+    /// The OCSP response that asks the client to try again later (RFC 6960 §4.2.1, `tryLater`,
+    /// unsigned): what a server answers when the ledger does not answer in time.
+    public static var ocspTryLater: [UInt8] { OCSPResponder.errorResponse(.tryLater) }
+
     /// An OCSP response (DER) for an OCSP request (DER), signed by the issuing CA. Malformed
     /// requests get a `malformedRequest` response, never an error.
     ///
@@ -363,10 +367,6 @@ public final class PeerCertificateAuthority: Sendable {
     /// milliseconds each), whoever asks how often. A request with a nonce is signed each time,
     /// its nonce echoed: a deployment that fears floods of those limits `POST /v1/ocsp` at its
     /// proxy.
-    /// The OCSP response that asks the client to try again later (RFC 6960 §4.2.1, `tryLater`,
-    /// unsigned): what a server answers when the ledger does not answer in time.
-    public static var ocspTryLater: [UInt8] { OCSPResponder.errorResponse(.tryLater) }
-
     public func ocspResponse(for request: [UInt8], validity: TimeInterval = 3600) async -> [UInt8] {
         await OCSPResponder.respond(
             to: request, authority: authority, ledger: ledger, now: Date(timeIntervalSince1970: clock.now.rounded(.down)), validity: validity,
