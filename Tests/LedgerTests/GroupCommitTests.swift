@@ -25,13 +25,9 @@ private final class Gate: Sendable {
 /// block the pool's two threads on this 2-core machine, and a 20 s limit once ran out before the
 /// first batch's task got a thread.
 private func eventually(_ what: String, _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(120)
-    while !condition() {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("never: \(what)")
-            throw CancellationError()
-        }
-        try await Task.sleep(for: .milliseconds(1))
+    guard await TestSupport.eventually(condition) else {
+        Issue.record("never: \(what)")
+        throw CancellationError()
     }
 }
 

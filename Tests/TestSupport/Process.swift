@@ -98,3 +98,15 @@ public func threadScheduling(ofThread tid: Int32? = nil) throws -> (policy: Int,
     guard fields.count > 38, let policy = Int(fields[38]), let nice = Int(fields[16]) else { throw TestFailure("unreadable \(path): \(stat)") }
     return (policy, nice)
 }
+
+/// Polls `condition` every `every` until it holds or `within` has passed; true when it held. The
+/// limits are for the concurrency pool, not the code under test: on a 2-core machine other tests
+/// can keep the pool's threads for many seconds.
+public func eventually(within: Duration = .seconds(120), every: Duration = .milliseconds(1), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + within
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: every)
+    }
+    return true
+}

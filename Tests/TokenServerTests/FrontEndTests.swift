@@ -20,12 +20,20 @@ struct FrontEndTests {
         counted: TestMetrics = TestMetrics(), idle: Int64 = 60, _ body: @Sendable (UInt16) async throws -> T
     ) async throws -> T {
         try await LiveServer.with(serving: { service, logger, onRunning in
-            let server = ServiceHTTPServer(
-                endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: counted)),
-                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(idle), logger: logger,
-                beforeStart: { try await service.prepare() }, onRunning: onRunning)
+            let server = Self.server(service, logger: logger, counted: counted, idle: idle, onRunning: onRunning)
             return ServiceGroup(configuration: .init(services: [server], logger: logger))
         }) { server in try await body(server.port) }
+    }
+
+    /// The server on 127.0.0.1, a port the OS picks, no TLS, counting its requests in `counted`.
+    static func server(
+        _ service: TokenService, logger: Logger, counted: TestMetrics = TestMetrics(), idle: Int64 = 60,
+        onRunning: @escaping @Sendable (Int) async -> Void
+    ) -> ServiceHTTPServer {
+        ServiceHTTPServer(
+            endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: counted)),
+            host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(idle), logger: logger,
+            beforeStart: { try await service.prepare() }, onRunning: onRunning)
     }
 
     /// The responses in `bytes`, in order: status and body of each (by Content-Length).
@@ -209,11 +217,8 @@ struct FrontEndTests {
         let section = try openweb.section(timeout: 8)
         let returned = ReturnTime.Instant()
         let sent = try await LiveServer.with(configure: { $0.openweb = section }, serving: { service, logger, onRunning in
-            let server = ServiceHTTPServer(
-                endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: TestMetrics())),
-                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(60), logger: logger,
-                beforeStart: { try await service.prepare() }, onRunning: onRunning)
-            return ServiceGroup(configuration: .init(services: [ReturnTime(server: server, returned: returned)], logger: logger))
+            let server = ReturnTime(server: Self.server(service, logger: logger, onRunning: onRunning), returned: returned)
+            return ServiceGroup(configuration: .init(services: [server], logger: logger))
         }) { server in
             let body = Array(JSONValue.object([
                 "provider": .string("dev"), "token": .string(try server.token(["name": .string("Ada")])), "codeA": .string(OpenWebTests.codeA),

@@ -30,9 +30,7 @@ struct PostgresTests {
                 let dir = try temporaryDirectory()
                 let openssl = try #require(which("openssl"))
                 let chain = try #require(issued["certificate"]?.stringValue)
-                let parts = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
-                try parts[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
-                try parts[1].write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+                try Self.writeLeafAndIssuer(chain, to: dir)
                 // -timeout: a server that held the request would fail the test rather than hang it.
                 let ocspArguments = ["ocsp", "-issuer", "issuer.pem", "-cert", "leaf.pem", "-url", server.base + "/v1/ocsp", "-noverify", "-timeout", "60"]
                 #expect(try await server.request(.GET, "/v1/crl").status == 200)
@@ -58,6 +56,16 @@ struct PostgresTests {
                 #expect(try await server.request(.GET, "/v1/crl").status == 200)
             }
         }
+    }
+
+    /// Writes a reply's chain as `leaf.pem` and `issuer.pem` in `dir` (what `openssl ocsp` reads)
+    /// and returns its certificates, leaf first.
+    @discardableResult
+    static func writeLeafAndIssuer(_ chain: String, to dir: URL) throws -> [String] {
+        let parts = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
+        try parts[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
+        try parts[1].write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+        return parts
     }
 
     func twoInstances(_ url: String) async throws {
@@ -131,9 +139,7 @@ struct PostgresTests {
                 #expect(refusedByFirst, "the first instance never refused the logged-out account's token")
                 let dir = try temporaryDirectory()
                 let openssl = try #require(which("openssl"))
-                let parts = chain.components(separatedBy: "-----END CERTIFICATE-----\n").filter { !$0.isEmpty }.map { $0 + "-----END CERTIFICATE-----\n" }
-                try parts[0].write(to: dir.appendingPathComponent("leaf.pem"), atomically: true, encoding: .utf8)
-                try parts[1].write(to: dir.appendingPathComponent("issuer.pem"), atomically: true, encoding: .utf8)
+                let parts = try Self.writeLeafAndIssuer(chain, to: dir)
                 let root = String(decoding: try await first.request(.GET, "/v1/ca").body, as: UTF8.self)
                 try (root + parts[1]).write(to: dir.appendingPathComponent("cas.pem"), atomically: true, encoding: .utf8)
                 for instance in [first, second] {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 import TokenKit
 @testable import TokenServer
@@ -40,7 +41,7 @@ struct RequestDeadlinesTests {
         #expect(String(decoding: reply.body, as: UTF8.self).contains("\"timeout\""))
         #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(300), "\(elapsed)")
         // The answer does not wait for the work to stop; it stops soon after.
-        #expect(await Self.eventually { cancellations.count.load(ordering: .relaxed) == 1 })
+        #expect(await eventually(within: .seconds(60), every: .milliseconds(100)) { cancellations.count.load(ordering: .relaxed) == 1 })
         #expect(deadlines.watched == 0)
     }
 
@@ -58,15 +59,6 @@ struct RequestDeadlinesTests {
         #expect(String(decoding: reply.body, as: UTF8.self) == "\"try later\"")
         #expect(ContinuousClock.now - start < .seconds(300))
         #expect(deadlines.watched == 0)
-    }
-
-    /// True once `condition` holds, polling for up to a minute (the pool may be busy with other tests).
-    static func eventually(_ condition: () -> Bool) async -> Bool {
-        for _ in 0..<600 {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
-        return condition()
     }
 
     @Test func workWithinItsDeadlineAnswersAndIsForgotten() async throws {
@@ -97,7 +89,7 @@ struct RequestDeadlinesTests {
         }
         #expect(statuses.count == 200)
         #expect(statuses.allSatisfy { $0.value == ($0.key % 2 == 0 ? 200 : 503) })
-        #expect(await Self.eventually { cancellations.count.load(ordering: .relaxed) == 100 })
+        #expect(await eventually(within: .seconds(60), every: .milliseconds(100)) { cancellations.count.load(ordering: .relaxed) == 100 })
         #expect(deadlines.watched == 0)
     }
 

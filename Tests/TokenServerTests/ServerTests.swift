@@ -25,12 +25,14 @@ enum ProcessMetrics {
 
 /// A running server on loopback (real sockets), with a client and an openssl scratch directory.
 struct LiveServer {
-    let base: String
     let port: UInt16
     let state: URL
     let service: TokenService
     let client: HTTPClient
     let secret: [UInt8]
+
+    /// The server's URL, without a path.
+    var base: String { "http://127.0.0.1:\(port)" }
 
     /// The time the test servers give a request (`limits.requestTimeoutSeconds`), where a test is
     /// not about that deadline (RequestDeadlinesTests are): a full `swift test` on two CPUs runs
@@ -74,7 +76,7 @@ struct LiveServer {
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
             tasks.addTask { try await group.run(); return nil }
             guard let port = await started.stream.first(where: { _ in true }) else { throw SupportFailure("the server did not start") }
-            let server = LiveServer(base: "http://127.0.0.1:\(port)", port: UInt16(port), state: state, service: service, client: client, secret: secret)
+            let server = LiveServer(port: UInt16(port), state: state, service: service, client: client, secret: secret)
             do {
                 let result = try await body(server)
                 await group.triggerGracefulShutdown()
