@@ -67,7 +67,8 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         /// Largest accepted request body. Default 64 KiB.
         public var maxBodyBytes: Int? = 64 * 1024
         /// Time allowed for one request (every POST, and `GET /v1/crl`): past it the answer is 503
-        /// `timeout` (for OCSP, a `tryLater` OCSP response). Default 10 s.
+        /// `timeout` (for OCSP, a `tryLater` OCSP response), and a certificate request still waiting
+        /// for the ledger's next transaction is withdrawn (nothing recorded, its token unused). Default 10 s.
         public var requestTimeoutSeconds: Double? = 10
         /// Cap on the webhook's `expirationSeconds` and on certificate validity. Default 24 h.
         public var maxExpirationSeconds: Int? = 86_400

@@ -105,7 +105,7 @@ struct ServiceEndpoints: Sendable {
 private struct MetricsScrape: Sendable {
     let service: TokenService
     let registry: PrometheusCollectorRegistry
-    let commits, committed, largest, raised, refused, pageCacheInstalled, pageCacheSkipped, presigned, refills, whole: Gauge
+    let commits, committed, largest, withdrawn, raised, refused, pageCacheInstalled, pageCacheSkipped, presigned, refills, whole: Gauge
 
     init(service: TokenService, registry: PrometheusCollectorRegistry) {
         self.service = service
@@ -117,6 +117,9 @@ private struct MetricsScrape: Sendable {
         commits = gauge("tokenserver_ledger_commits", "Ledger transactions that recorded certificates")
         committed = gauge("tokenserver_ledger_committed_certificates", "Certificates recorded by those transactions")
         largest = gauge("tokenserver_ledger_largest_commit", "The most certificates one transaction recorded")
+        // Certificates whose request was cancelled (its deadline passed) while it waited for the
+        // next transaction: not recorded, their tokens unused.
+        withdrawn = gauge("tokenserver_ledger_withdrawn", "Certificates withdrawn before their transaction because their request was cancelled (its deadline passed)")
         // SQLite ledgers' batches written at a raised priority in this process, and whether the
         // kernel refused to raise it (1: batches are written at the thread's own priority;
         // CAP_SYS_NICE or an RLIMIT_NICE of 30 allows it).
@@ -139,6 +142,7 @@ private struct MetricsScrape: Sendable {
             commits.set(Int64(statistics.batches))
             committed.set(Int64(statistics.requests))
             largest.set(Int64(statistics.largestBatch))
+            withdrawn.set(Int64(statistics.withdrawn))
         }
         let boost = SQLiteLedger.writerBoostCounters
         raised.set(boost.boosted)

@@ -106,6 +106,59 @@ struct GroupCommitTests {
         #expect(codes.filter { $0 == nil }.count == 7)
     }
 
+    /// A request cancelled while it waits for the next batch is withdrawn at once (what a request
+    /// answered 503 at its deadline needs: no certificate recorded after the client was told it
+    /// failed, its token's `jti` left unused); one cancelled before it is queued never enters; one
+    /// already in the batch being written is not withdrawn and gets that batch's result.
+    @Test func aCancelledRequestIsWithdrawnUnlessItsBatchHasBegun() async throws {
+        let gate = Gate()
+        let batches = Mutex<[[Int]]>([])
+        let commits = GroupCommit<Int> { batch in
+            batches.withLock { $0.append(batch) }
+            if batch == [0] { await gate.wait() }
+            return batch.map { _ in .success(()) }
+        }
+        let submit: @Sendable (Int) async -> PeerCAError? = { i in
+            do throws(PeerCAError) {
+                try await commits.submit(i)
+                return nil
+            } catch { return error }
+        }
+        defer { gate.open() }  // never leave a writer waiting, even when a check below throws
+        let first = Task { await submit(0) }
+        try await eventually("the first batch starts") { commits.statistics.batches == 1 }
+        let waiting = (1...3).map { i in Task { await submit(i) } }
+        try await eventually("three requests wait") { commits.statistics.waiting == 3 }
+
+        let answered = Mutex<PeerCAError??>(nil)
+        let watcher = Task { let result = await waiting[1].value; answered.withLock { $0 = .some(result) } }
+        waiting[1].cancel()
+        first.cancel()
+        // Answered while the gate is still shut: a withdrawn request does not wait for the batch.
+        try await eventually("the cancelled request is answered before the batch ahead of it ends") { answered.withLock { $0 != nil } }
+        await watcher.value
+        let withdrawn = answered.withLock { $0 ?? nil }
+        #expect(withdrawn?.code == .ledger)
+        #expect(withdrawn?.message.contains("nothing was recorded") == true, "\(String(describing: withdrawn))")
+        #expect(commits.statistics.waiting == 2)
+        #expect(commits.statistics.withdrawn == 1)
+
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await submit(9)
+        }
+        #expect(await early.value?.code == .ledger, "cancelled before it was queued: refused, not written")
+
+        gate.open()
+        #expect(await first.value == nil, "its batch had begun: cancellation does not withdraw it")
+        #expect(await waiting[0].value == nil)
+        #expect(await waiting[2].value == nil)
+        let written = batches.withLock { $0 }
+        #expect(written.count == 2 && written.first == [0] && Set(written.last ?? []) == [1, 3], "neither withdrawn request was written: \(written)")
+        #expect(commits.statistics.withdrawn == 2)
+        #expect(commits.statistics.requests == 3)
+    }
+
     /// The SQLite ledger: while another connection holds the write lock, 40 records queue behind
     /// the first; when it lets go, they are written in one transaction, and all are there.
     @Test func theSQLiteLedgerWritesWaitingRecordsInOneTransaction() async throws {

@@ -1,6 +1,7 @@
 import Foundation
 import NIOHTTP1
 import PeerCA
+import PeerCAPostgres
 import TestSupport
 import Testing
 import TokenKit
@@ -54,6 +55,52 @@ struct PostgresTests {
                 }
                 try cluster.signal("CONT")
                 #expect(try await server.request(.GET, "/v1/crl").status == 200)
+            }
+        }
+    }
+
+    /// While the PostgreSQL server is stopped, a certificate request queued behind the batch being
+    /// written is answered 503 at its deadline and withdrawn from the group commit: once the server
+    /// is back, its token (one certificate per `jti`) still gets a certificate. The request whose
+    /// batch had begun cannot be withdrawn: that batch is written when the server returns, and its
+    /// token is then used.
+    @Test func aRequestAnsweredAtItsDeadlineLeavesItsTokenUnused() async throws {
+        try await withTestPostgresCluster { url, cluster in
+            try await LiveServer.with(configure: {
+                $0.store = url
+                $0.ca?.tokenReuse = .oncePerTokenID
+                $0.limits = ServerConfiguration.Limits(requestTimeoutSeconds: 2)
+            }) { server in
+                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+                let issue: @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) = { token in
+                    try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)])
+                }
+                let statistics = { server.service.store.commitStatistics }
+                #expect(try await issue(try server.token()).status == 200)  // the pool holds an open connection
+                let inBatch = try server.token(), queued = try server.token()
+
+                try cluster.signal("STOP")
+                do {
+                    async let first = issue(inBatch)
+                    #expect(await eventually { statistics()?.batches == 2 }, "the first request's batch begins")
+                    async let second = issue(queued)
+                    #expect(await eventually { statistics()?.waiting == 1 }, "the second waits behind it")
+                    let (a, b) = try await (first, second)
+                    #expect(a.status == 503 && b.status == 503)
+                    #expect(a.json["error"].errorCode == "timeout" && b.json["error"].errorCode == "timeout")
+                    #expect(statistics()?.withdrawn == 1)
+                    #expect(statistics()?.waiting == 0)
+                } catch {
+                    try cluster.signal("CONT")
+                    throw error
+                }
+                try cluster.signal("CONT")
+
+                let again = try await issue(queued)
+                #expect(again.status == 200, "withdrawn before its batch: its token was never used (\(again.json))")
+                let reused = try await issue(inBatch)
+                #expect(reused.status == 403 && reused.json["error"].errorCode == "token_reused", "\(reused.json)")
+                #expect(statistics()?.withdrawn == 1)
             }
         }
     }

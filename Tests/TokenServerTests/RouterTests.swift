@@ -285,6 +285,7 @@ struct RouterTests {
             #expect(metrics.contains("\ntokenserver_ledger_commits 3"), "\(metrics)")
             #expect(metrics.contains("\ntokenserver_ledger_committed_certificates 3"))
             #expect(metrics.contains("\ntokenserver_ledger_largest_commit 1"))
+            #expect(metrics.contains("\ntokenserver_ledger_withdrawn 0"), "no request was cancelled while it waited")
             #expect(metrics.contains("\ntokenserver_ca_presigned_signatures \(before.used + 3).0\n"), "\(metrics)")
             #expect(metrics.contains("\ntokenserver_ca_whole_signatures \(before.missed).0\n"))
             // The store was full: no signature had to compute a batch of its own.

@@ -9,11 +9,18 @@ import Synchronization
 /// the flush before it took. `write` must make each batch durable before it returns: nobody is
 /// answered before its row is on disk, and each request gets its own result (one request's
 /// duplicate key fails that request, not its batch).
+///
+/// A request whose task is cancelled while it waits for the next batch is withdrawn: it fails with
+/// ``PeerCAError/Code/ledger`` at once and is never written (a request answered 503 at its deadline
+/// leaves no certificate behind, and its token's `jti` stays unused). One already in the batch being
+/// written cannot be withdrawn: it waits for that batch and gets its result.
 package final class GroupCommit<Request: Sendable>: Sendable {
     /// Writes a batch durably, in order, and returns one result per request.
     package typealias Write = @Sendable ([Request]) async -> [Result<Void, PeerCAError>]
 
     private struct Waiting: Sendable {
+        /// Identifies the submission, for its withdrawal.
+        let ticket: UInt64
         let request: Request
         /// Resumed exactly once, by `drain()` (unsafe: a checked one allocates a canary per request).
         let continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>
@@ -33,6 +40,8 @@ package final class GroupCommit<Request: Sendable>: Sendable {
         /// Requests waiting for the next batch now.
         package var waiting = 0
         package var largestBatch = 0
+        /// Requests withdrawn before their batch: their tasks were cancelled while they waited.
+        package var withdrawn = 0
     }
 
     /// Batches and requests so far, and how many wait now.
@@ -45,6 +54,7 @@ package final class GroupCommit<Request: Sendable>: Sendable {
     }
 
     private let state = Mutex(State())
+    private let tickets = Atomic<UInt64>(0)
     private let maximumBatch: Int
     private let write: Write
 
@@ -57,17 +67,46 @@ package final class GroupCommit<Request: Sendable>: Sendable {
     }
 
     /// Writes `request` with whatever else is waiting, and returns once it is durable.
+    ///
+    /// Cancelling the caller's task before the request's batch begins withdraws it (see the type's
+    /// documentation); after that, cancellation changes nothing.
     package func submit(_ request: Request) async throws(PeerCAError) {
-        let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>) in
-            let starts = state.withLock { state -> Bool in
-                state.waiting.append(Waiting(request: request, continuation: continuation))
-                guard !state.writing else { return false }
-                state.writing = true
-                return true
+        let ticket = tickets.wrappingAdd(1, ordering: .relaxed).oldValue
+        let result = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>) in
+                let starts = state.withLock { state -> Bool? in
+                    // The cancellation flag is set before the handler runs, and the handler takes
+                    // this lock: a request cancelled before it is queued is refused here, one
+                    // cancelled after is found in the queue by the handler.
+                    if Task.isCancelled {
+                        state.statistics.withdrawn += 1
+                        return nil
+                    }
+                    state.waiting.append(Waiting(ticket: ticket, request: request, continuation: continuation))
+                    guard !state.writing else { return false }
+                    state.writing = true
+                    return true
+                }
+                switch starts {
+                case nil: continuation.resume(returning: .failure(Self.withdrawal))
+                case true?: Task { await self.drain() }
+                case false?: break
+                }
             }
-            if starts { Task { await self.drain() } }
+        } onCancel: {
+            let withdrawn = state.withLock { state -> Waiting? in
+                guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return nil }
+                state.statistics.withdrawn += 1
+                return state.waiting.remove(at: index)
+            }
+            withdrawn?.continuation.resume(returning: .failure(Self.withdrawal))
         }
         try result.get()
+    }
+
+    /// What a withdrawn request fails with.
+    private static var withdrawal: PeerCAError {
+        PeerCAError(.ledger, "the request was cancelled before its batch was written: nothing was recorded")
     }
 
     /// Writes batches until nothing waits.
