@@ -117,9 +117,9 @@ private struct MetricsScrape: Sendable {
         commits = gauge("tokenserver_ledger_commits", "Ledger transactions that recorded certificates")
         committed = gauge("tokenserver_ledger_committed_certificates", "Certificates recorded by those transactions")
         largest = gauge("tokenserver_ledger_largest_commit", "The most certificates one transaction recorded")
-        // Certificates whose request was cancelled (its deadline passed) while it waited for the
-        // next transaction: not recorded, their tokens unused.
-        withdrawn = gauge("tokenserver_ledger_withdrawn", "Certificates withdrawn before their transaction because their request was cancelled (its deadline passed)")
+        // Certificates withdrawn before their transaction began because their request's work was
+        // cancelled (its deadline passed): not recorded, their tokens unused.
+        withdrawn = gauge("tokenserver_ledger_withdrawn", "Certificates withdrawn before their transaction began because their request was cancelled (its deadline passed): not recorded")
         // SQLite ledgers' batches written at a raised priority in this process, and whether the
         // kernel refused to raise it (1: batches are written at the thread's own priority;
         // CAP_SYS_NICE or an RLIMIT_NICE of 30 allows it).

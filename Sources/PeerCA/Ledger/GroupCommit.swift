@@ -10,24 +10,28 @@ import Synchronization
 /// answered before its row is on disk, and each request gets its own result (one request's
 /// duplicate key fails that request, not its batch).
 ///
-/// A request whose task is cancelled while it waits for the next batch is withdrawn: it fails with
-/// ``PeerCAError/Code/ledger`` at once and is never written (a request answered 503 at its deadline
-/// leaves no certificate behind, and its token's `jti` stays unused). One already in the batch being
-/// written cannot be withdrawn: it waits for that batch and gets its result.
+/// A request whose task is cancelled before its batch begins — while it waits for the next one, or
+/// before it is submitted — is withdrawn: it fails with ``PeerCAError/Code/ledger`` at once and is
+/// never written (a request answered 503 at its deadline leaves no certificate behind, and its
+/// token's `jti` stays unused). One already in the batch being written cannot be withdrawn: it
+/// waits for that batch and gets its result. A withdrawal costs the same however long the queue
+/// (a store that hangs under load lets it grow to the request rate times the deadline).
 package final class GroupCommit<Request: Sendable>: Sendable {
     /// Writes a batch durably, in order, and returns one result per request.
     package typealias Write = @Sendable ([Request]) async -> [Result<Void, PeerCAError>]
 
     private struct Waiting: Sendable {
-        /// Identifies the submission, for its withdrawal.
-        let ticket: UInt64
         let request: Request
-        /// Resumed exactly once, by `drain()` (unsafe: a checked one allocates a canary per request).
+        /// Resumed exactly once: by `drain()`, or by the withdrawal that removed it from the queue
+        /// (unsafe: a checked one allocates a canary per request).
         let continuation: UnsafeContinuation<Result<Void, PeerCAError>, Never>
     }
 
     private struct State: Sendable {
-        var waiting: [Waiting] = []
+        /// The queue, by ticket; `order` holds the tickets in arrival order, and those of withdrawn
+        /// requests until `drain()` passes them.
+        var waiting: [UInt64: Waiting] = [:]
+        var order: [UInt64] = []
         var writing = false
         var statistics = Statistics()
     }
@@ -40,7 +44,7 @@ package final class GroupCommit<Request: Sendable>: Sendable {
         /// Requests waiting for the next batch now.
         package var waiting = 0
         package var largestBatch = 0
-        /// Requests withdrawn before their batch: their tasks were cancelled while they waited.
+        /// Requests withdrawn: their tasks were cancelled before their batch began.
         package var withdrawn = 0
     }
 
@@ -82,7 +86,8 @@ package final class GroupCommit<Request: Sendable>: Sendable {
                         state.statistics.withdrawn += 1
                         return nil
                     }
-                    state.waiting.append(Waiting(ticket: ticket, request: request, continuation: continuation))
+                    state.waiting[ticket] = Waiting(request: request, continuation: continuation)
+                    state.order.append(ticket)
                     guard !state.writing else { return false }
                     state.writing = true
                     return true
@@ -95,9 +100,9 @@ package final class GroupCommit<Request: Sendable>: Sendable {
             }
         } onCancel: {
             let withdrawn = state.withLock { state -> Waiting? in
-                guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return nil }
+                guard let waiting = state.waiting.removeValue(forKey: ticket) else { return nil }  // in a batch already
                 state.statistics.withdrawn += 1
-                return state.waiting.remove(at: index)
+                return waiting
             }
             withdrawn?.continuation.resume(returning: .failure(Self.withdrawal))
         }
@@ -114,12 +119,19 @@ package final class GroupCommit<Request: Sendable>: Sendable {
         while true {
             let batch = state.withLock { state -> [Waiting] in
                 guard !state.waiting.isEmpty else {
+                    state.order.removeAll(keepingCapacity: true)  // withdrawn tickets only
                     state.writing = false
                     return []
                 }
-                let count = min(state.waiting.count, maximumBatch)
-                let batch = Array(state.waiting.prefix(count))
-                state.waiting.removeFirst(count)
+                var batch: [Waiting] = []
+                batch.reserveCapacity(min(state.waiting.count, maximumBatch))
+                var passed = 0
+                while batch.count < maximumBatch, passed < state.order.count {
+                    if let waiting = state.waiting.removeValue(forKey: state.order[passed]) { batch.append(waiting) }
+                    passed += 1
+                }
+                state.order.removeFirst(passed)
+                let count = batch.count
                 state.statistics.batches += 1
                 state.statistics.requests += count
                 state.statistics.largestBatch = max(state.statistics.largestBatch, count)
