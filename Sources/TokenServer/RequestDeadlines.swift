@@ -70,7 +70,15 @@ final class RequestDeadlines: Sendable {
                     let response = await operation()
                     state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
                 }
-                state.withLock { $0.pending[id]?.work = work }
+                let watched = state.withLock { state -> Bool in
+                    guard state.pending[id] != nil else { return false }
+                    state.pending[id]?.work = work
+                    return true
+                }
+                // Answered already (the deadline passed before the work was stored, or the work
+                // ended), or the caller was cancelled before its handler could find the work (the
+                // flag is set before the handler runs): the work is cancelled here.
+                if !watched || Task.isCancelled { work.cancel() }
             }
         } onCancel: {
             state.withLock { $0.pending[id]?.work }?.cancel()

@@ -107,4 +107,21 @@ struct RequestDeadlinesTests {
         #expect(cancellations.count.load(ordering: .relaxed) == 1)
         #expect(deadlines.watched == 0)
     }
+
+    /// A caller cancelled before its work is stored (here, before `run` is called: the handler
+    /// runs at once and finds no work) still has its work cancelled, instead of left to its deadline.
+    @Test(.timeLimit(.minutes(2))) func aCallerCancelledBeforeItsWorkStartsCancelsTheWork() async throws {
+        let deadlines = RequestDeadlines(.seconds(900))
+        let cancellations = Cancellations()
+        let start = ContinuousClock.now
+        let caller = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await deadlines.run(Self.slow(cancellations))
+        }
+        let reply = await caller.value
+        #expect(ContinuousClock.now - start < .seconds(300))
+        #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\"cancelled\"")
+        #expect(cancellations.count.load(ordering: .relaxed) == 1)
+        #expect(deadlines.watched == 0)
+    }
 }
