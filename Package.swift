@@ -130,7 +130,7 @@ let package = Package(
         .target(
             name: "PeerCAPostgres",
             dependencies: [
-                "PeerCA",
+                "TokenKit", "PeerCA",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: postgres),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: postgres),
                 .product(name: "NIOCore", package: "swift-nio", condition: postgres),

@@ -4,6 +4,7 @@ import NIOCore
 public import PeerCA
 import PostgresNIO
 import Synchronization
+import TokenKit
 public import ServiceLifecycle
 
 /// The issuance ledger in PostgreSQL, for several CA instances behind a load balancer: serials
@@ -61,39 +62,28 @@ public final class PostgresLedger: CertificateLedger, Service {
     ///   that is down, refuses or never answers is an error (`PeerCAError` `.ledger`, naming
     ///   the host and port, never the password) instead of a wait without end.
     public func migrate(connectionWait: Duration = PostgresLedger.defaultConnectionWait) async throws(PeerCAError) {
-        let connected = ConnectedFlag()
-        do {
-            // Two tasks: the migration (true when done), and a timer that fails the wait if no
-            // connection came in time (false: one did, the migration goes on). Leaving cancels the
-            // other; the pool gives up a connection request when cancelled.
-            try await withThrowingTaskGroup(of: Bool.self) { tasks in
-                tasks.addTask {
-                    try await self.migrateOnce(connected: connected)
-                    return true
-                }
-                tasks.addTask {
-                    try await Task.sleep(for: connectionWait)
-                    if !connected.value.load(ordering: .acquiring) { throw ConnectionWaitExpired() }
-                    return false
-                }
-                defer { tasks.cancelAll() }
-                while let migrated = try await tasks.next() {
-                    if migrated { return }
-                }
+        let connected = ConnectedFlag(), target = self.target
+        // Past the wait, the migration is cancelled only if it has no connection yet (the pool
+        // gives up a connection request when cancelled); one that has goes on.
+        let unanswered = PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: it ended without an outcome")
+        let outcome: Result<Void, PeerCAError> = await TimeLimit.race(connectionWait, fallback: .failure(unanswered)) {
+            do {
+                try await self.migrateOnce(connected: connected)
+                return .success(())
+            } catch {
+                return .failure(PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))"))
             }
-        } catch is ConnectionWaitExpired {
-            throw PeerCAError(
-                .ledger,
-                "cannot prepare the PostgreSQL ledger: no connection to \(target) within \(connectionWait) (PostgresNIO's log lines say why)")
-        } catch {
-            throw PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))")
+        } timedOut: {
+            connected.value.load(ordering: .acquiring)
+                ? nil
+                : .failure(PeerCAError(
+                    .ledger, "cannot prepare the PostgreSQL ledger: no connection to \(target) within \(connectionWait) (PostgresNIO's log lines say why)"))
         }
+        try outcome.get()
     }
 
     /// How long ``migrate(connectionWait:)`` waits for a first connection by default.
     public static let defaultConnectionWait: Duration = .seconds(15)
-
-    private struct ConnectionWaitExpired: Error {}
 
     /// Set once the migration has a connection.
     private final class ConnectedFlag: Sendable {

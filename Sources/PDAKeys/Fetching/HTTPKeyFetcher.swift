@@ -103,21 +103,12 @@ public final class HTTPKeyFetcher: Sendable {
     public func get(_ url: String, accept: String) async throws(KeySourceError) -> Document {
         let checked = try checkURL(url)
         let timeout = configuration.totalTimeout
-        let outcome: Result<Document, KeySourceError> = await withTaskGroup(of: Result<Document, KeySourceError>?.self) { group in
-            group.addTask {
-                do throws(KeySourceError) { return .success(try await self.request(checked, accept: accept)) } catch { return .failure(error) }
-            }
-            group.addTask {
-                // A little after the client's own deadline, which reports the cause (refused, TLS
-                // failure) when it can; this one catches a body that trickles in. nil when
-                // cancelled because the request finished first.
-                guard (try? await Task.sleep(for: timeout + .milliseconds(250))) != nil else { return nil }
-                return .failure(KeySourceError(.timeout, "\(checked) did not send its whole answer within \(timeout)"))
-            }
-            var first: Result<Document, KeySourceError>?
-            while first == nil, let next = await group.next() { first = next }
-            group.cancelAll()
-            return first ?? .failure(KeySourceError(.timeout, "\(checked) did not answer"))
+        // A little after the client's own deadline, which reports the cause (refused, TLS failure)
+        // when it can; this one catches a body that trickles in.
+        let outcome: Result<Document, KeySourceError> = await TimeLimit.race(timeout + .milliseconds(250), fallback: .failure(KeySourceError(.timeout, "\(checked) did not answer"))) {
+            do throws(KeySourceError) { return .success(try await self.request(checked, accept: accept)) } catch { return .failure(error) }
+        } timedOut: {
+            .failure(KeySourceError(.timeout, "\(checked) did not send its whole answer within \(timeout)"))
         }
         return try outcome.get()
     }

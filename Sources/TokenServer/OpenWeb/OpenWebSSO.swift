@@ -134,18 +134,12 @@ final class OpenWebSSO: Sendable {
     /// answer trickles in.
     func registerUser(codeA: String, primaryKey: String, userName: String) async -> Outcome {
         let timeout = settings.timeout
-        return await withTaskGroup(of: Outcome?.self) { group in
-            group.addTask { await self.call(codeA: codeA, primaryKey: primaryKey, userName: userName) }
-            group.addTask {
-                // A little after the client's own deadline (which says why when it can); this one
-                // catches an answer that trickles in. nil when the call finished first.
-                guard (try? await Task.sleep(for: timeout + .milliseconds(250))) != nil else { return nil }
-                return .unavailable(reason: "no answer within \(timeout)")
-            }
-            var first: Outcome?
-            while first == nil, let next = await group.next() { first = next }
-            group.cancelAll()
-            return first ?? .unavailable(reason: "no answer")
+        // A little after the client's own deadline (which says why when it can); this one catches
+        // an answer that trickles in.
+        return await TimeLimit.race(timeout + .milliseconds(250), fallback: .unavailable(reason: "no answer")) {
+            await self.call(codeA: codeA, primaryKey: primaryKey, userName: userName)
+        } timedOut: {
+            .unavailable(reason: "no answer within \(timeout)")
         }
     }
 

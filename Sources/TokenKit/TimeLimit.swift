@@ -1,0 +1,26 @@
+/// Work raced against a timer: what PDAKeys' key fetches, TokenServer's OpenWeb calls and the
+/// PostgreSQL ledger's preparation each need, written once.
+package enum TimeLimit {
+    /// `work`'s result, unless `timeout` passes first and `timedOut()` gives an answer instead
+    /// (nil: keep waiting for `work`). Whichever ends first, the other is cancelled; `fallback` is
+    /// the answer if `work` ended without one (it cannot: it is there for the type checker).
+    package static func race<T: Sendable>(
+        _ timeout: Duration,
+        fallback: @autoclosure () -> T,
+        _ work: @escaping @Sendable () async -> T,
+        timedOut: @escaping @Sendable () -> T?
+    ) async -> T {
+        await withTaskGroup(of: T?.self) { group in
+            group.addTask { await work() }
+            group.addTask {
+                // nil when cancelled: `work` finished first.
+                guard (try? await Task.sleep(for: timeout)) != nil else { return nil }
+                return timedOut()
+            }
+            var first: T?
+            while first == nil, let next = await group.next() { first = next }
+            group.cancelAll()
+            return first ?? fallback()
+        }
+    }
+}
