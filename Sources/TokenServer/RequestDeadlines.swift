@@ -27,11 +27,12 @@ final class RequestDeadlines: Sendable {
 
     private struct State {
         var pending: [UInt64: Pending] = [:]
-        var nextID: UInt64 = 0
         var watching = false
     }
 
     private let state = Mutex(State())
+    /// Request IDs, without taking the state's lock.
+    private let ids = Atomic<UInt64>(0)
     private let duration: Duration
     private let tick: Duration
     /// 503 `timeout`: the answer past the deadline unless the endpoint gives another (made once,
@@ -54,10 +55,7 @@ final class RequestDeadlines: Sendable {
     func run(
         timedOut: ServiceResponse? = nil, _ operation: @escaping @Sendable () async -> ServiceResponse
     ) async -> ServiceResponse {
-        let id = state.withLock { state in
-            defer { state.nextID &+= 1 }
-            return state.nextID
-        }
+        let id = ids.wrappingAdd(1, ordering: .relaxed).oldValue
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (answer: UnsafeContinuation<ServiceResponse, Never>) in
                 let startWatchdog = state.withLock { state -> Bool in
