@@ -106,6 +106,7 @@ private struct MetricsScrape: Sendable {
     let service: TokenService
     let registry: PrometheusCollectorRegistry
     let commits, committed, largest, withdrawn, raised, refused, pageCacheInstalled, pageCacheSkipped, presigned, refills, whole: Gauge
+    let sessionsAge, sessionsFailures: Gauge
 
     init(service: TokenService, registry: PrometheusCollectorRegistry) {
         self.service = service
@@ -135,6 +136,10 @@ private struct MetricsScrape: Sendable {
         presigned = gauge("tokenserver_ca_presigned_signatures", "CA signatures finished from a nonce computed beforehand (by the idle-time thread, or in a batch)")
         refills = gauge("tokenserver_ca_presign_refills", "Batches of nonces computed by a CA signature that found none ready")
         whole = gauge("tokenserver_ca_whole_signatures", "CA signatures (P-256 issuing key) made whole: the presigning thread held its lock, or no nonce could be computed")
+        // The ended-sessions list: how long since it last reflected the ledger (-1: never), and
+        // the reloads that failed or went unanswered (the list stayed as it was).
+        sessionsAge = gauge("tokenserver_sessions_list_age_seconds", "Seconds since the ended-sessions list was last loaded from the ledger (-1: never)")
+        sessionsFailures = gauge("tokenserver_sessions_reload_failures", "Reloads of the ended-sessions list that failed or went unanswered past their limit; the last list stayed in use")
     }
 
     func response() -> ServiceResponse {
@@ -150,11 +155,18 @@ private struct MetricsScrape: Sendable {
         let pageCache = SQLiteLedger.pageCacheCounters
         pageCacheInstalled.set(Int64(pageCache.state == .installed ? 1 : 0))
         pageCacheSkipped.set(pageCache.skipped)
+        let sessions = service.sessions.statistics
+        sessionsAge.set(sessions.loadedAt.map { Self.seconds(ContinuousClock.now - $0) } ?? -1)
+        sessionsFailures.set(Int64(sessions.failures))
         if let statistics = service.ca.authority.presigner?.statistics {
             presigned.set(Int64(statistics.used))
             refills.set(Int64(statistics.refills))
             whole.set(Int64(statistics.missed + statistics.busy))
         }
         return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

@@ -12,6 +12,12 @@ import TokenKit
 /// The ledger is the truth, shared by every instance on one store: a ``Service`` reloads the list
 /// every ``refreshInterval`` (and at start), and a logout through this instance enters it at once.
 /// So an end made through another instance is seen within one interval.
+///
+/// A reload that fails, or has not answered after ``overdueAfter`` (a store that hangs rather than
+/// refuses: a stopped server, a network path that drops packets), keeps the last list in use, is
+/// logged as a warning and counted; ``statistics`` gives how old the list is, which `/metrics`
+/// shows (`tokenserver_sessions_list_age_seconds`) so that an operator can alert on a deny list
+/// that has stopped following the store.
 final class SessionDenyList: Service, Sendable {
     /// How far back ended sessions are kept in memory: tokens older than this are refused anyway
     /// by their `exp` (a HAT token lives at most 30 days).
@@ -21,6 +27,21 @@ final class SessionDenyList: Service, Sendable {
     let refreshInterval: Duration
     let logger: Logger
     private let ended = Mutex<[String: Date]>([:])
+    private let reloads = Mutex(Statistics(loadedAt: nil, failures: 0))
+
+    /// How long a reload may go unanswered before it is logged and counted as failed (it is
+    /// still awaited: its answer, if one comes, is used): five intervals, at least one second.
+    var overdueAfter: Duration { max(refreshInterval * 5, .seconds(1)) }
+
+    /// The reloads so far.
+    struct Statistics: Sendable {
+        /// When the list last reflected the ledger (nil: never loaded).
+        var loadedAt: ContinuousClock.Instant?
+        /// Reloads that failed or went unanswered past ``SessionDenyList/overdueAfter``.
+        var failures: Int
+    }
+
+    var statistics: Statistics { reloads.withLock { $0 } }
 
     init(ledger: any CertificateLedger, refreshInterval: Duration, logger: Logger) {
         self.ledger = ledger
@@ -51,23 +72,52 @@ final class SessionDenyList: Service, Sendable {
 
     /// Reloads the list from the ledger.
     func reload(now: Date = Date()) async throws(PeerCAError) {
+        let asked = ContinuousClock.now
         let fresh = try await ledger.endedSessions(since: now.addingTimeInterval(-SessionDenyList.horizon))
+        reloads.withLock { $0.loadedAt = max($0.loadedAt ?? asked, asked) }
         ended.withLock { list in
             for (account, date) in fresh where (list[account] ?? .distantPast) < date { list[account] = date }
             list = list.filter { $0.value > now.addingTimeInterval(-SessionDenyList.horizon) }
         }
     }
 
-    /// Reloads every interval until the service group shuts down; a failed reload keeps the
-    /// last list and is logged.
+    /// Reloads every interval until the service group shuts down; a failed reload, or one still
+    /// unanswered after ``overdueAfter``, keeps the last list, is logged and counted.
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: self.refreshInterval)
-                do { try await self.reload() } catch {
-                    self.logger.warning("cannot reload the ended sessions", metadata: ["error": "\(error)"])
-                }
+                try await self.reloadOnce()
             }
         }
+    }
+
+    /// One reload of ``run()``'s: an overdue one is reported at ``overdueAfter`` and still awaited
+    /// (a store's query may not end when its task is cancelled; the next reload starts after it).
+    func reloadOnce() async throws {
+        let overdue = overdueAfter
+        let outcome: Result<Void, PeerCAError> = await TimeLimit.race(overdue, fallback: .success(())) {
+            do throws(PeerCAError) {
+                try await self.reload()
+                return .success(())
+            } catch { return .failure(error) }
+        } timedOut: {
+            self.reloads.withLock { $0.failures += 1 }
+            self.logger.warning(
+                "the ended sessions' reload has not answered; the last list stays in use",
+                metadata: ["after": "\(overdue)", "listAge": "\(self.ageDescription)"])
+            return nil
+        }
+        if case .failure(let error) = outcome {
+            reloads.withLock { $0.failures += 1 }
+            logger.warning("cannot reload the ended sessions; the last list stays in use", metadata: ["error": "\(error)", "listAge": "\(ageDescription)"])
+        }
+        try Task.checkCancellation()
+    }
+
+    /// How old the list is, for a log line.
+    private var ageDescription: String {
+        guard let loaded = statistics.loadedAt else { return "never loaded" }
+        return "\(ContinuousClock.now - loaded)"
     }
 }

@@ -110,6 +110,36 @@ struct PostgresTests {
         }
     }
 
+    /// A store that hangs instead of refusing (the PostgreSQL server stopped by SIGSTOP): the
+    /// ended-sessions reload is reported overdue after its limit (logged, counted), the list's age
+    /// shows how stale it is, and the list follows the store again once it answers.
+    @Test func aHangingStoreShowsAsAnOverdueSessionsReload() async throws {
+        try await withTestPostgresCluster { url, cluster in
+            try await LiveServer.with(configure: {
+                $0.store = url
+                $0.sessions = ServerConfiguration.Sessions(refreshSeconds: 0.2)
+            }) { server in
+                let sessions = server.service.sessions
+                let age = { sessions.statistics.loadedAt.map { ContinuousClock.now - $0 } ?? .seconds(1_000_000) }
+                #expect(sessions.overdueAfter == .seconds(1), "five intervals, at least one second")
+                #expect(await eventually(within: .seconds(30)) { age() < .seconds(1) }, "reloaded every 0.2 s")
+                #expect(sessions.statistics.failures == 0)
+
+                try cluster.signal("STOP")
+                var stopped = true
+                defer { if stopped { try? cluster.signal("CONT") } }
+                #expect(await eventually(within: .seconds(30)) { sessions.statistics.failures >= 1 }, "the hanging reload is reported at its limit")
+                #expect(age() >= .seconds(1), "the list is as old as the last answered reload")
+                let (status, body, _) = try await server.request(.GET, "/metrics")
+                #expect(status == 200 && String(decoding: body, as: UTF8.self).contains("\ntokenserver_sessions_reload_failures "))
+
+                try cluster.signal("CONT")
+                stopped = false
+                #expect(await eventually(within: .seconds(60)) { age() < .seconds(1) }, "the list follows the store again")
+            }
+        }
+    }
+
     /// Writes a reply's chain as `leaf.pem` and `issuer.pem` in `dir` (what `openssl ocsp` reads)
     /// and returns its certificates, leaf first.
     @discardableResult

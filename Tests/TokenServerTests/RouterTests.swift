@@ -280,12 +280,18 @@ struct RouterTests {
                     body: fixture.body(["provider": .string("dev"), "token": .string(try fixture.token()), "csr": .string(csr)]))
                 #expect(issued.status == .ok)
             }
+            let unloaded = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(unloaded.contains("\ntokenserver_sessions_list_age_seconds -1"), "the fixture's service has not loaded its ended sessions")
+            try await fixture.service.sessions.reload()
             let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
             // One at a time: three transactions of one certificate each.
             #expect(metrics.contains("\ntokenserver_ledger_commits 3"), "\(metrics)")
             #expect(metrics.contains("\ntokenserver_ledger_committed_certificates 3"))
             #expect(metrics.contains("\ntokenserver_ledger_largest_commit 1"))
             #expect(metrics.contains("\ntokenserver_ledger_withdrawn 0"), "no request was cancelled while it waited")
+            #expect(metrics.contains("\ntokenserver_sessions_reload_failures 0"), "\(metrics)")
+            let sessionsAge = metrics.split(separator: "\n").first { $0.hasPrefix("tokenserver_sessions_list_age_seconds ") }
+            #expect(sessionsAge.flatMap { Double($0.split(separator: " ")[1]) }.map { $0 >= 0 && $0 < 60 } == true, "\(String(describing: sessionsAge))")
             #expect(metrics.contains("\ntokenserver_ca_presigned_signatures \(before.used + 3).0\n"), "\(metrics)")
             #expect(metrics.contains("\ntokenserver_ca_whole_signatures \(before.missed).0\n"))
             // The store was full: no signature had to compute a batch of its own.
