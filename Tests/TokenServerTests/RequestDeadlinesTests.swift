@@ -31,11 +31,20 @@ struct RequestDeadlinesTests {
         }
     }
 
+    /// The caller's answer, or nil when none came within `limit`: a regression fails the test
+    /// then, instead of holding it until the slow work's 600 s are up (the caller is left to end).
+    static func answer(of caller: Task<ServiceResponse, Never>, within limit: Duration = .seconds(120)) async -> ServiceResponse? {
+        let answer = Mutex<ServiceResponse?>(nil)
+        Task { let reply = await caller.value; answer.withLock { $0 = reply } }
+        _ = await eventually(within: limit, every: .milliseconds(10)) { answer.withLock { $0 != nil } }
+        return answer.withLock { $0 }
+    }
+
     @Test func workPastItsDeadlineIsCancelledAndAnswers503() async throws {
         let deadlines = RequestDeadlines(.milliseconds(200))
         let cancellations = Cancellations()
         let start = ContinuousClock.now
-        let reply = await deadlines.run(Self.slow(cancellations))
+        let reply = try #require(await Self.answer(of: Task { await deadlines.run(Self.slow(cancellations)) }), "no answer at the deadline")
         let elapsed = ContinuousClock.now - start
         #expect(reply.status == 503)
         #expect(String(decoding: reply.body, as: UTF8.self).contains("\"timeout\""))
@@ -47,15 +56,18 @@ struct RequestDeadlinesTests {
 
     /// Work that does not end on cancellation (a wait on a database that hangs) is still answered
     /// 503 at its deadline, not when it ends (here: 10 minutes later).
-    @Test(.timeLimit(.minutes(5))) func workThatIgnoresCancellationIsAnsweredAtItsDeadline() async throws {
+    @Test func workThatIgnoresCancellationIsAnsweredAtItsDeadline() async throws {
         let deadlines = RequestDeadlines(.milliseconds(200))
         let start = ContinuousClock.now
-        let reply = await deadlines.run(timedOut: .json(200, .string("try later"))) {
-            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().asyncAfter(deadline: .now() + 600) { done.resume() }
+        let caller = Task {
+            await deadlines.run(timedOut: .json(200, .string("try later"))) {
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 600) { done.resume() }
+                }
+                return .json(200, .string("late"))
             }
-            return .json(200, .string("late"))
         }
+        let reply = try #require(await Self.answer(of: caller), "answered only when the work ended")
         #expect(String(decoding: reply.body, as: UTF8.self) == "\"try later\"")
         #expect(ContinuousClock.now - start < .seconds(300))
         #expect(deadlines.watched == 0)
@@ -101,7 +113,7 @@ struct RequestDeadlinesTests {
         try await Task.sleep(for: .milliseconds(100))
         let start = ContinuousClock.now
         caller.cancel()
-        let reply = await caller.value
+        let reply = try #require(await Self.answer(of: caller), "the work ran on to its end")
         #expect(ContinuousClock.now - start < .seconds(300))
         #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\"cancelled\"")
         #expect(cancellations.count.load(ordering: .relaxed) == 1)
@@ -110,7 +122,7 @@ struct RequestDeadlinesTests {
 
     /// A caller cancelled before its work is stored (here, before `run` is called: the handler
     /// runs at once and finds no work) still has its work cancelled, instead of left to its deadline.
-    @Test(.timeLimit(.minutes(2))) func aCallerCancelledBeforeItsWorkStartsCancelsTheWork() async throws {
+    @Test func aCallerCancelledBeforeItsWorkStartsCancelsTheWork() async throws {
         let deadlines = RequestDeadlines(.seconds(900))
         let cancellations = Cancellations()
         let start = ContinuousClock.now
@@ -118,7 +130,7 @@ struct RequestDeadlinesTests {
             withUnsafeCurrentTask { $0?.cancel() }
             return await deadlines.run(Self.slow(cancellations))
         }
-        let reply = await caller.value
+        let reply = try #require(await Self.answer(of: caller), "the work ran on to its end")
         #expect(ContinuousClock.now - start < .seconds(300))
         #expect(reply.status == 200 && String(decoding: reply.body, as: UTF8.self) == "\"cancelled\"")
         #expect(cancellations.count.load(ordering: .relaxed) == 1)
