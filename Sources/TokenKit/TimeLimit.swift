@@ -4,6 +4,11 @@ package enum TimeLimit {
     /// `work`'s result, unless `timeout` passes first and `timedOut()` gives an answer instead
     /// (nil: keep waiting for `work`). Whichever ends first, the other is cancelled; `fallback` is
     /// the answer if `work` ended without one (it cannot: it is there for the type checker).
+    ///
+    /// The race returns once both have ended (a task group's children are awaited): work that
+    /// does not end when cancelled holds the answer until it does. Its callers' work ends on
+    /// cancellation (AsyncHTTPClient's requests, PostgresNIO's wait for a connection), or is meant
+    /// to be awaited anyway (the ended-sessions reload, which `timedOut` only reports).
     package static func race<T: Sendable>(
         _ timeout: Duration,
         fallback: @autoclosure () -> T,
