@@ -265,6 +265,10 @@ public final class PostgresLedger: CertificateLedger, Service {
         try await select("WHERE serial = $1", [serial.lowercased()]).first
     }
 
+    public func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? {
+        try await select("WHERE serial = (SELECT serial FROM token_uses WHERE issuer = $1 AND token_id = $2)", [use.issuer, use.tokenID]).first
+    }
+
     public func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry] {
         try await select("WHERE subject = $1 OR common_name = $1 ORDER BY issued_at DESC", [subject])
     }

@@ -250,7 +250,12 @@ public final class TokenService: Sendable {
                 validity = seconds
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
-            counters.counter("tokenserver_certificates_issued_total", [("provider", request.providerName)]).increment()
+            if issued.isRepeat {
+                // A retry with a one-use token already used for this key: the same certificate again.
+                counters.counter("tokenserver_certificates_repeated_total", [("provider", request.providerName)]).increment()
+            } else {
+                counters.counter("tokenserver_certificates_issued_total", [("provider", request.providerName)]).increment()
+            }
             return .json(200, bytes: issued.replyJSON())
         } catch {
             let status: Int

@@ -111,6 +111,8 @@ struct LedgerConformanceTests {
             let reused = await #expect(throws: PeerCAError.self) { try await ledger.record(entry("0c02"), claiming: use) }
             #expect(reused?.code == .tokenReused)
             #expect(try await ledger.entry(serial: "0c02") == nil, "no certificate without its token use")
+            #expect(try await ledger.entry(claiming: use)?.serial == "0c01", "the certificate the use was recorded with")
+            #expect(try await ledger.entry(claiming: TokenUse(issuer: "https://idp.example", tokenID: "never")) == nil)
             // Another issuer's token with the same jti is another use.
             try await ledger.record(entry("0c03"), claiming: TokenUse(issuer: "https://other.example", tokenID: "once"))
         }

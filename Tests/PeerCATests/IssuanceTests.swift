@@ -106,10 +106,15 @@ struct IssuanceTests {
         let csr = try openssl.csr("p256", name: "d")
         let test = try TestCA { $0.tokenReuse = ["https://once.example/": .oncePerTokenID] }
         let once = try Tokens.verified(Tokens.claims(iss: "https://once.example/", jti: "t-1"))
-        _ = try await test.ca.issue(token: once, csr: csr)
-        let again = await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: once, csr: csr) }
+        let first = try await test.ca.issue(token: once, csr: csr)
+        #expect(!first.isRepeat)
+        // The same token for another key: refused.
+        let again = await #expect(throws: PeerCAError.self) { _ = try await test.ca.issue(token: once, csr: try openssl.csr("p256", name: "other")) }
         #expect(again?.code == .tokenReused)
-        // The refused attempt left nothing behind.
+        // The same token and key again (a retry whose first answer was lost): the same certificate.
+        let retry = try await test.ca.issue(token: once, csr: csr)
+        #expect(retry.isRepeat && retry.serial == first.serial && retry.derBytes == first.derBytes && retry.chainPEM == first.chainPEM)
+        // The refused attempt and the retry left nothing behind.
         #expect(try await test.ca.ledger.recent(limit: 10).count == 1)
         let noJTI = await #expect(throws: PeerCAError.self) {
             _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(iss: "https://once.example/", jti: nil)), csr: csr)

@@ -257,6 +257,34 @@ struct ServerTests {
         }
     }
 
+    /// One-use tokens (`ca.tokenReuse = once`): a retry of the same request — same token, same
+    /// key — gets the certificate the token was used for, again; another key is refused
+    /// `token_reused`; a revoked certificate is not given again. Nothing new is recorded.
+    @Test func aRetryWithTheSameOneUseTokenAndKeyGetsTheSameCertificate() async throws {
+        try await LiveServer.with(configure: { $0.ca?.tokenReuse = .oncePerTokenID }) { server in
+            let token = try server.token(["sub": .string("retrying-user")])
+            let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+            let issue: @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) = { csr in
+                try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)])
+            }
+            let first = try await issue(csr)
+            #expect(first.status == 200, "\(first.json)")
+            // A new CSR of the same key: what a client that lost the answer sends again.
+            let retry = try await issue(csr)
+            #expect(retry.status == 200, "\(retry.json)")
+            #expect(retry.json["serial"] == first.json["serial"] && retry.json["certificate"] == first.json["certificate"])
+            let otherKey = try await issue(try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate()))
+            #expect(otherKey.status == 403 && otherKey.json["error"].errorCode == "token_reused", "\(otherKey.json)")
+            #expect(try await server.service.ca.ledger.entries(subject: try #require(first.json["spiffeID"]?.stringValue)).count == 1)
+            let metrics = String(decoding: try await server.request(.GET, "/metrics").body, as: UTF8.self)
+            #expect(metrics.contains("tokenserver_certificates_repeated_total{provider=\"dev\"}"), "\(metrics)")
+
+            _ = try await server.service.ca.revoke(serial: try #require(first.json["serial"]?.stringValue), reason: .keyCompromise)
+            let afterRevocation = try await issue(csr)
+            #expect(afterRevocation.status == 403 && afterRevocation.json["error"].errorCode == "token_reused", "a revoked certificate is not given again")
+        }
+    }
+
     @Test func healthAndMetrics() async throws {
         try await LiveServer.with { server in
             let health = try await server.request(.GET, "/healthz")

@@ -5,7 +5,9 @@ public import TokenKit
 public struct IssuancePolicy: Sendable {
     /// How often one token (`iss` + `jti`) may be turned into a certificate.
     public enum TokenReuse: String, Sendable, Hashable {
-        /// Once: the ledger refuses a second certificate for the same `jti` (tokens without `jti` are refused).
+        /// Once: the ledger refuses a second certificate for the same `jti` (tokens without `jti` are
+        /// refused); a retry with the same token and key gets the first certificate again
+        /// (``IssuedCertificate/isRepeat``).
         case oncePerTokenID = "once"
         /// Any number of times while the token is valid.
         case unlimited

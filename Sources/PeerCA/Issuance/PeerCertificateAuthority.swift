@@ -22,8 +22,26 @@ public struct IssuedCertificate: Sendable {
     public let notBefore: Date
     /// The last second of validity.
     public let notAfter: Date
+    /// True when this is not a new certificate but the one the ledger already held for the same
+    /// one-use token and the same key, given again to a retry of the request (its first answer
+    /// was lost: a deadline, a dropped connection). See ``PeerCertificateAuthority/issue(identity:csr:validity:)``.
+    public let isRepeat: Bool
     /// The intermediates' PEM, made once per CA.
     let intermediatesPEM: String
+
+    init(
+        derBytes: [UInt8], intermediates: [Certificate], identity: PeerIdentity, serial: String, notBefore: Date, notAfter: Date,
+        intermediatesPEM: String, isRepeat: Bool = false
+    ) {
+        self.derBytes = derBytes
+        self.intermediates = intermediates
+        self.identity = identity
+        self.serial = serial
+        self.notBefore = notBefore
+        self.notAfter = notAfter
+        self.intermediatesPEM = intermediatesPEM
+        self.isRepeat = isRepeat
+    }
 
     /// The leaf certificate, parsed from ``derBytes``.
     public var certificate: Certificate {
@@ -166,6 +184,14 @@ public final class PeerCertificateAuthority: Sendable {
     /// identities with per-provider rules, ``IssuancePolicy/identity(for:now:)`` of its own copy of
     /// the policy). The trust domain must be this CA's; validity and token reuse follow this CA's
     /// policy. The session it starts began at the identity's latest sign-in.
+    ///
+    /// With one-use tokens (``IssuancePolicy/TokenReuse/oncePerTokenID``), a second request with
+    /// the same token gets no second certificate. If it is a retry — the CSR's key (whose
+    /// signature shows the caller holds it) and the SPIFFE ID are those of the certificate the
+    /// token was used for, and that certificate is neither revoked nor expired — it gets that
+    /// certificate again (``IssuedCertificate/isRepeat``; its validity as recorded, whatever
+    /// `validity` asks now), so a client whose first answer was lost is not locked out until it
+    /// gets a new token. Any other reuse is refused (``PeerCAError/Code/tokenReused``).
     public func issue(identity: PeerIdentity, csr: ValidatedCSR, validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
         let now = Date(timeIntervalSince1970: clock.now)
         guard identity.trustDomain == policy.trustDomain else {
@@ -262,12 +288,32 @@ public final class PeerCertificateAuthority: Sendable {
                 try await ledger.record(entry, claiming: use)
             } catch where error.code == .serialExists {
                 continue  // 2^-72 per draw within a millisecond; draw again
+            } catch where error.code == .tokenReused {
+                guard let use, let earlier = try await repeated(use, identity: identity, spiffeID: spiffeID, csr: csr, now: now) else { throw error }
+                return earlier
             }
             return IssuedCertificate(
                 derBytes: der, intermediates: intermediates, identity: identity, serial: entry.serial, notBefore: notBefore, notAfter: notAfter,
                 intermediatesPEM: intermediatesPEM)
         }
         throw PeerCAError(.ledger, "could not draw a unique serial number")
+    }
+
+    /// The certificate `use` was recorded with, when this request repeats the one that got it:
+    /// the same key and SPIFFE ID (and account), not revoked, not expired, not a renewal, signed by
+    /// this CA's issuing key (another CA's certificate on a shared store would not chain to the
+    /// intermediates sent with it); nil otherwise.
+    func repeated(
+        _ use: TokenUse, identity: PeerIdentity, spiffeID: String, csr: ValidatedCSR, now: Date
+    ) async throws(PeerCAError) -> IssuedCertificate? {
+        guard let earlier = try await ledger.entry(claiming: use), earlier.keyFingerprint == csr.keyFingerprint, earlier.subject == spiffeID,
+            earlier.commonName == identity.accountUID, earlier.status == .valid, earlier.notAfter > now, earlier.renewalOf == nil,
+            let certificate = try? Certificate(derEncoded: earlier.der),
+            authority.issuer.publicKey.isValidSignature(certificate.signature, for: certificate)
+        else { return nil }
+        return IssuedCertificate(
+            derBytes: earlier.der, intermediates: intermediates, identity: identity, serial: earlier.serial, notBefore: earlier.notBefore,
+            notAfter: earlier.notAfter, intermediatesPEM: intermediatesPEM, isRepeat: true)
     }
 
     /// The DER of a leaf for `identity` (its CN; `spiffeID`, the identity's SPIFFE ID, which the

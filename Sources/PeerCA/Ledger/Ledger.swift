@@ -72,6 +72,11 @@ public struct LedgerEntry: Sendable, Hashable {
     }
 }
 
+extension CertificateLedger {
+    /// Nil: this ledger cannot find the certificate a token use claimed.
+    public func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? { nil }
+}
+
 /// A token use the ledger must record at most once (issuer + `jti`).
 public struct TokenUse: Sendable, Hashable {
     public let issuer: String
@@ -94,6 +99,11 @@ public protocol CertificateLedger: Sendable {
     func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError)
     /// The certificate with this serial (hex), if any.
     func entry(serial: String) async throws(PeerCAError) -> LedgerEntry?
+    /// The certificate recorded with this token use (``record(_:claiming:)``), if any: what
+    /// the CA gives again to a retry of the same request (see
+    /// ``PeerCertificateAuthority/issue(identity:csr:validity:)``). A ledger that cannot tell
+    /// answers nil (the default), and such a retry is refused as ``PeerCAError/Code/tokenReused``.
+    func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry?
     /// Certificates whose SPIFFE ID or CN equals `subject`, newest first.
     func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry]
     /// The newest certificates, at most `limit`.

@@ -395,6 +395,10 @@ public final class SQLiteLedger: CertificateLedger {
         try await select("WHERE serial = ?", [serial.lowercased()]).first
     }
 
+    public func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? {
+        try await select("WHERE serial = (SELECT serial FROM token_uses WHERE issuer = ? AND token_id = ?)", [use.issuer, use.tokenID]).first
+    }
+
     public func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry] {
         try await fetch(SQLiteLedger.bySubjectOrAccount, [subject, -Double.greatestFiniteMagnitude])
     }

@@ -43,7 +43,7 @@ struct CAInit: ParsableCommand {
     @Option(help: "Longest peer-certificate validity in seconds.")
     var maxValidity: Double = CASettings.defaultMaximumValidity
 
-    @Option(help: "Token reuse: unlimited, or once (per iss + jti).")
+    @Option(help: "Token reuse: unlimited, or once (per iss + jti; the same token and key again get the same certificate again, another key is refused).")
     var tokenReuse: IssuancePolicy.TokenReuse = .unlimited
 
     @Option(help: ArgumentHelp(

@@ -89,6 +89,11 @@ struct CAIssue: AsyncParsableCommand {
         } else {
             print(issued.chainPEM, terminator: "")
         }
-        printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601Text.string(issued.notAfter))")
+        if issued.isRepeat {
+            // A one-use token already used for this key: the certificate it got, again.
+            printError("already issued \(issued.serial) to \(issued.identity.spiffeID) for this token and key: the same certificate again, valid until \(ISO8601Text.string(issued.notAfter))")
+        } else {
+            printError("issued \(issued.serial) to \(issued.identity.spiffeID), valid until \(ISO8601Text.string(issued.notAfter))")
+        }
     }
 }
