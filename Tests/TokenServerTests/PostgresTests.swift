@@ -110,6 +110,51 @@ struct PostgresTests {
         }
     }
 
+    /// A client that gives up on a certificate request after its transaction has begun (the
+    /// PostgreSQL server stopped by SIGSTOP mid-batch, the client's connection closed) never sees
+    /// the answer, but the certificate is recorded once the server returns; the client's retry
+    /// with the same one-use token and key is given that certificate, not `token_reused`.
+    @Test func aRetryGetsTheCertificateWhoseAnswerWasLost() async throws {
+        try await withTestPostgresCluster { url, cluster in
+            try await LiveServer.with(configure: {
+                $0.store = url
+                $0.ca?.tokenReuse = .oncePerTokenID
+            }) { server in
+                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+                let issue: @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) = { token in
+                    try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)])
+                }
+                let statistics = { server.service.store.commitStatistics }
+                #expect(try await issue(try server.token()).status == 200)  // the pool holds an open connection
+                let jti = UUID().uuidString
+                let token = try server.token(["jti": .string(jti)])
+
+                try cluster.signal("STOP")
+                var stopped = true
+                defer { if stopped { try? cluster.signal("CONT") } }
+                let lost = Task { try await issue(token) }
+                #expect(await eventually(within: .seconds(60)) { statistics()?.batches == 2 }, "the request's batch begins")
+                lost.cancel()
+                #expect((try? await lost.value) == nil, "the client gave up: no answer")
+                try cluster.signal("CONT")
+                stopped = false
+
+                // Its batch commits once the server answers again.
+                let use = TokenUse(issuer: ServerConfiguration.devIssuer, tokenID: jti)
+                var recorded: LedgerEntry?
+                for _ in 0..<600 where recorded == nil {
+                    recorded = try await server.service.store.ledger.entry(claiming: use)
+                    if recorded == nil { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                let earlier = try #require(recorded, "the batch that had begun was written when the server returned")
+                #expect(statistics()?.withdrawn == 0)
+                let retry = try await issue(token)
+                #expect(retry.status == 200, "\(retry.json)")
+                #expect(retry.json["serial"]?.stringValue == earlier.serial, "the certificate its batch recorded")
+            }
+        }
+    }
+
     /// A store that hangs instead of refusing (the PostgreSQL server stopped by SIGSTOP): the
     /// ended-sessions reload is reported overdue after its limit (logged, counted), the list's age
     /// shows how stale it is, and the list follows the store again once it answers.
