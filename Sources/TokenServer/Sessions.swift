@@ -93,26 +93,66 @@ final class SessionDenyList: Service, Sendable {
     }
 
     /// One reload of ``run()``'s: an overdue one is reported at ``overdueAfter`` and still awaited
-    /// (a store's query may not end when its task is cancelled; the next reload starts after it).
+    /// (a store's query may not end when its task is cancelled; the next reload starts after it),
+    /// unless the caller is cancelled (the service group shutting down): then it returns at once
+    /// and leaves the reload to end by itself, so a hanging store does not hold the shutdown. A
+    /// reload is counted as failed once, whether it went overdue, failed, or both.
     func reloadOnce() async throws {
         let overdue = overdueAfter
-        let outcome: Result<Void, PeerCAError> = await TimeLimit.race(overdue, fallback: .success(())) {
-            do throws(PeerCAError) {
-                try await self.reload()
-                return .success(())
-            } catch { return .failure(error) }
+        let reported = Atomic<Bool>(false)
+        let outcome: Reload = await TimeLimit.race(overdue, fallback: .cancelled) {
+            await SessionDenyList.unlessCancelled {
+                do throws(PeerCAError) {
+                    try await self.reload()
+                    return .loaded
+                } catch { return .failed(error) }
+            } ?? .cancelled
         } timedOut: {
+            reported.store(true, ordering: .relaxed)
             self.reloads.withLock { $0.failures += 1 }
             self.logger.warning(
                 "the ended sessions' reload has not answered; the last list stays in use",
                 metadata: ["after": "\(overdue)", "listAge": "\(self.ageDescription)"])
             return nil
         }
-        if case .failure(let error) = outcome {
-            reloads.withLock { $0.failures += 1 }
+        if case .failed(let error) = outcome, !Task.isCancelled {
+            if !reported.load(ordering: .relaxed) { reloads.withLock { $0.failures += 1 } }
             logger.warning("cannot reload the ended sessions; the last list stays in use", metadata: ["error": "\(error)", "listAge": "\(ageDescription)"])
         }
         try Task.checkCancellation()
+    }
+
+    private enum Reload: Sendable {
+        case loaded, failed(PeerCAError), cancelled
+    }
+
+    /// `work`'s result, or nil as soon as the calling task is cancelled: `work` is cancelled then
+    /// and left to end by itself (a PostgreSQL query in flight does not end when cancelled).
+    static func unlessCancelled<T: Sendable>(_ work: @escaping @Sendable () async -> T) async -> T? {
+        let task = Task { await work() }
+        let waiter = Waiter<T>()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+                waiter.hold(continuation)
+                // Cancelled before the continuation was held: the handler found nothing to resume.
+                if Task.isCancelled {
+                    task.cancel()
+                    waiter.resume(nil)
+                    return
+                }
+                Task { waiter.resume(await task.value) }
+            }
+        } onCancel: {
+            task.cancel()
+            waiter.resume(nil)
+        }
+    }
+
+    /// The continuation ``unlessCancelled(_:)`` waits on, resumed once by whichever comes first.
+    private final class Waiter<T: Sendable>: Sendable {
+        private let slot = Mutex<CheckedContinuation<T?, Never>?>(nil)
+        func hold(_ continuation: CheckedContinuation<T?, Never>) { slot.withLock { $0 = continuation } }
+        func resume(_ value: T?) { slot.withLock { $0.take() }?.resume(returning: value) }
     }
 
     /// How old the list is, for a log line.

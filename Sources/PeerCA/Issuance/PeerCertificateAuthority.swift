@@ -186,12 +186,13 @@ public final class PeerCertificateAuthority: Sendable {
     /// policy. The session it starts began at the identity's latest sign-in.
     ///
     /// With one-use tokens (``IssuancePolicy/TokenReuse/oncePerTokenID``), a second request with
-    /// the same token gets no second certificate. If it is a retry — the CSR's key (whose
-    /// signature shows the caller holds it) and the SPIFFE ID are those of the certificate the
-    /// token was used for, and that certificate is neither revoked nor expired — it gets that
-    /// certificate again (``IssuedCertificate/isRepeat``; its validity as recorded, whatever
+    /// the same token gets no second certificate. If it is a retry — the CSR's key and the SPIFFE
+    /// ID are those of the certificate the token was used for, and that certificate is neither
+    /// revoked nor expired — it gets that certificate again (``IssuedCertificate/isRepeat``; its validity as recorded, whatever
     /// `validity` asks now), so a client whose first answer was lost is not locked out until it
-    /// gets a new token. Any other reuse is refused (``PeerCAError/Code/tokenReused``).
+    /// gets a new token. Any other reuse is refused (``PeerCAError/Code/tokenReused``). (A CSR
+    /// carries no nonce, so whoever captured a request can replay it; all it gets is the same
+    /// certificate, which is public, without its private key.)
     public func issue(identity: PeerIdentity, csr: ValidatedCSR, validity: TimeInterval? = nil) async throws(PeerCAError) -> IssuedCertificate {
         let now = Date(timeIntervalSince1970: clock.now)
         guard identity.trustDomain == policy.trustDomain else {
