@@ -25,6 +25,9 @@ public struct PeerCAError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let signInTooOld = Code(rawValue: "sign_in_too_old")
         /// A renewal would pass the session's limit (its maximum age since the original sign-in).
         public static let sessionExpired = Code(rawValue: "session_expired")
+        /// The token was issued before its account's sessions were ended (a logout, a revocation
+        /// by account): sign in again (`tokentool ca issue`; `serve` answers `session_ended` too).
+        public static let sessionEnded = Code(rawValue: "session_ended")
         /// The token has expired, or would leave no validity for the certificate.
         public static let tokenExpired = Code(rawValue: "token_expired")
         /// The token's `jti` was already used for a certificate and its issuer allows one use.

@@ -71,6 +71,21 @@ struct CARevokeAccountTests {
         let nobody = try tool(["ca", "revoke", "--dir", "ca", "--account", "nobody"])
         #expect(nobody.status == 0, "\(nobody.err)")
         #expect(nobody.out.hasPrefix("revoked 0 certificates of nobody;"), "\(nobody.out)")
+
+        // As `serve` does, `ca issue` refuses a token of alice's from before the end, and issues
+        // for one signed after it (a second later: `iat` is in whole seconds).
+        let csr = try tool(["csr", "--out", "late.key"])
+        try openssl.write("late.csr", csr.out)
+        let ended = try tool(["ca", "issue", "--dir", "ca", "--csr", "late.csr", "--secret-file", "hs.secret", "--iss", "https://idp.example/", "t1.jwt"])
+        #expect(ended.status == 1 && ended.err.contains("REFUSED session_ended"), "\(ended.status) \(ended.err)")
+        Thread.sleep(forTimeInterval: 1.1)
+        let fresh = try tool(["sign", "--secret-file", "hs.secret", "--iss", "https://idp.example/", "--sub", "alice", "--expires-in", "600"])
+        try openssl.write("fresh.jwt", fresh.out)
+        let signedInAgain = try tool(["ca", "issue", "--dir", "ca", "--csr", "late.csr", "--secret-file", "hs.secret", "--iss", "https://idp.example/", "fresh.jwt"])
+        #expect(signedInAgain.status == 0, "\(signedInAgain.err)")
+        let afterwards = try tool(["ca", "list", "--dir", "ca", "--json"])
+        let count = (try JSONSerialization.jsonObject(with: Data(afterwards.out.utf8)) as? [[String: Any]])?.count
+        #expect(count == 4, "alice's, bob's and the one after the end: \(afterwards.out)")
     }
 
     /// Exactly one of a serial and --account: anything else is a usage error (exit 2) that says so,

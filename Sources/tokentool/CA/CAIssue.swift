@@ -16,7 +16,11 @@ struct CAIssue: AsyncParsableCommand {
             ledger before it is printed (leaf, then intermediate). The provider comes from ca.json \
             unless --provider is given. --require-factor, --acr and --max-sign-in-age refuse a \
             sign-in that does not meet them (exit 1, REFUSED factor_required, acr_not_accepted or \
-            sign_in_too_old); nothing is issued.
+            sign_in_too_old); nothing is issued. So is a token issued before its account's sessions \
+            were ended (`tokentool ca revoke --account`, or a logout through `serve` on the same \
+            ledger): REFUSED session_ended. With one-use tokens (ca.json tokenReuse "once"), the same \
+            token for another key is REFUSED token_reused, and for the same key prints the \
+            certificate it got before (a retry).
 
             Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
 
@@ -72,10 +76,20 @@ struct CAIssue: AsyncParsableCommand {
         let issued: IssuedCertificate
         do throws(PeerCAError) {
             let validated = try ValidatedCSR(request)
-            let identity = try rules.identity(for: verified, now: Date(timeIntervalSince1970: ca.clock.now))
+            let now = Date(timeIntervalSince1970: ca.clock.now)
+            let identity = try rules.identity(for: verified, now: now)
+            // As `serve` does: a token issued before its account's sessions were ended (logout,
+            // `ca revoke --account`) gets nothing. The ends the ledger keeps for a month cover any
+            // token still unexpired (`serve` holds the same horizon in memory).
+            if let end = try await ca.ledger.endedSessions(since: now.addingTimeInterval(-31 * 86_400))[identity.accountUID],
+                !(identity.issuedAt.map { $0 > end } ?? false)
+            {
+                throw PeerCAError(
+                    .sessionEnded, "the account's sessions were ended at \(ISO8601Text.string(end)); sign in again for a new token")
+            }
             issued = try await ca.issue(identity: identity, csr: validated, validity: validity)
         } catch {
-            let refusals: [PeerCAError.Code] = [.policyViolation, .tokenExpired, .tokenReused, .factorRequired, .acrNotAccepted, .signInTooOld]
+            let refusals: [PeerCAError.Code] = [.policyViolation, .tokenExpired, .tokenReused, .factorRequired, .acrNotAccepted, .signInTooOld, .sessionEnded]
             let status: Int32 = refusals.contains(error.code) ? 1 : 2
             throw CLIExit(code: status, message: "REFUSED \(error.code.rawValue): \(error.message)")
         }
