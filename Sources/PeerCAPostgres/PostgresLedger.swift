@@ -65,7 +65,7 @@ public final class PostgresLedger: CertificateLedger, Service {
         let connected = ConnectedFlag(), target = self.target
         // Past the wait, the migration is cancelled only if it has no connection yet (the pool
         // gives up a connection request when cancelled); one that has goes on.
-        let unanswered = PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: it ended without an outcome")
+        let unanswered = PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: cancelled before it was ready")
         let outcome: Result<Void, PeerCAError> = await TimeLimit.race(connectionWait, fallback: .failure(unanswered)) {
             do {
                 try await self.migrateOnce(connected: connected)

@@ -100,13 +100,12 @@ final class SessionDenyList: Service, Sendable {
     func reloadOnce() async throws {
         let overdue = overdueAfter
         let reported = Atomic<Bool>(false)
+        // Cancelled (the service group shutting down), the race returns `.cancelled` at once.
         let outcome: Reload = await TimeLimit.race(overdue, fallback: .cancelled) {
-            await SessionDenyList.unlessCancelled {
-                do throws(PeerCAError) {
-                    try await self.reload()
-                    return .loaded
-                } catch { return .failed(error) }
-            } ?? .cancelled
+            do throws(PeerCAError) {
+                try await self.reload()
+                return .loaded
+            } catch { return .failed(error) }
         } timedOut: {
             reported.store(true, ordering: .relaxed)
             self.reloads.withLock { $0.failures += 1 }
@@ -124,35 +123,6 @@ final class SessionDenyList: Service, Sendable {
 
     private enum Reload: Sendable {
         case loaded, failed(PeerCAError), cancelled
-    }
-
-    /// `work`'s result, or nil as soon as the calling task is cancelled: `work` is cancelled then
-    /// and left to end by itself (a PostgreSQL query in flight does not end when cancelled).
-    static func unlessCancelled<T: Sendable>(_ work: @escaping @Sendable () async -> T) async -> T? {
-        let task = Task { await work() }
-        let waiter = Waiter<T>()
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
-                waiter.hold(continuation)
-                // Cancelled before the continuation was held: the handler found nothing to resume.
-                if Task.isCancelled {
-                    task.cancel()
-                    waiter.resume(nil)
-                    return
-                }
-                Task { waiter.resume(await task.value) }
-            }
-        } onCancel: {
-            task.cancel()
-            waiter.resume(nil)
-        }
-    }
-
-    /// The continuation ``unlessCancelled(_:)`` waits on, resumed once by whichever comes first.
-    private final class Waiter<T: Sendable>: Sendable {
-        private let slot = Mutex<CheckedContinuation<T?, Never>?>(nil)
-        func hold(_ continuation: CheckedContinuation<T?, Never>) { slot.withLock { $0 = continuation } }
-        func resume(_ value: T?) { slot.withLock { $0.take() }?.resume(returning: value) }
     }
 
     /// How old the list is, for a log line.

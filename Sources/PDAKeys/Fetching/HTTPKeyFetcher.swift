@@ -105,7 +105,7 @@ public final class HTTPKeyFetcher: Sendable {
         let timeout = configuration.totalTimeout
         // A little after the client's own deadline, which reports the cause (refused, TLS failure)
         // when it can; this one catches a body that trickles in.
-        let outcome: Result<Document, KeySourceError> = await TimeLimit.race(timeout + .milliseconds(250), fallback: .failure(KeySourceError(.timeout, "\(checked) did not answer"))) {
+        let outcome: Result<Document, KeySourceError> = await TimeLimit.race(timeout + .milliseconds(250), fallback: .failure(KeySourceError(.timeout, "the fetch of \(checked) was cancelled before it answered"))) {
             do throws(KeySourceError) { return .success(try await self.request(checked, accept: accept)) } catch { return .failure(error) }
         } timedOut: {
             .failure(KeySourceError(.timeout, "\(checked) did not send its whole answer within \(timeout)"))

@@ -136,7 +136,7 @@ final class OpenWebSSO: Sendable {
         let timeout = settings.timeout
         // A little after the client's own deadline (which says why when it can); this one catches
         // an answer that trickles in.
-        return await TimeLimit.race(timeout + .milliseconds(250), fallback: .unavailable(reason: "no answer")) {
+        return await TimeLimit.race(timeout + .milliseconds(250), fallback: .unavailable(reason: "the request was cancelled before OpenWeb answered")) {
             await self.call(codeA: codeA, primaryKey: primaryKey, userName: userName)
         } timedOut: {
             .unavailable(reason: "no answer within \(timeout)")
