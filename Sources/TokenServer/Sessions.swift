@@ -19,15 +19,11 @@ import TokenKit
 /// shows (`tokenserver_sessions_list_age_seconds`) so that an operator can alert on a deny list
 /// that has stopped following the store.
 final class SessionDenyList: Service, Sendable {
-    /// How far back ended sessions are kept in memory: tokens older than this are refused anyway
-    /// by their `exp` (a HAT token lives at most 30 days).
-    static let horizon: TimeInterval = 31 * 86_400
-
     let ledger: any CertificateLedger
     let refreshInterval: Duration
     let logger: Logger
     private let ended = Mutex<[String: Date]>([:])
-    private let reloads = Mutex(Statistics(loadedAt: nil, failures: 0))
+    private let reloads = Mutex(Statistics())
 
     /// How long a reload may go unanswered before it is logged and counted as failed (it is
     /// still awaited: its answer, if one comes, is used): five intervals, at least one second.
@@ -38,7 +34,7 @@ final class SessionDenyList: Service, Sendable {
         /// When the list last reflected the ledger (nil: never loaded).
         var loadedAt: ContinuousClock.Instant?
         /// Reloads that failed or went unanswered past ``SessionDenyList/overdueAfter``.
-        var failures: Int
+        var failures = 0
     }
 
     var statistics: Statistics { reloads.withLock { $0 } }
@@ -55,12 +51,8 @@ final class SessionDenyList: Service, Sendable {
     /// Refuses an identity whose account's sessions ended after its token was issued. A token
     /// without `iat` cannot show it came after the end, so it is refused too.
     func check(_ identity: PeerIdentity) throws(ServiceRefusal) {
-        guard let end = endedAt(identity.accountUID) else { return }
-        guard let issued = identity.issuedAt, issued > end else {
-            throw ServiceRefusal(
-                "session_ended",
-                "the account's sessions were ended at \(ISO8601Text.string(end)); sign in again for a new token")
-        }
+        guard let end = endedAt(identity.accountUID), let refusal = EndedSessions.refusal(of: identity, endedAt: end) else { return }
+        throw ServiceRefusal(refusal.code.rawValue, refusal.message)
     }
 
     /// Records an end made through this instance (the ledger has it already).
@@ -73,11 +65,11 @@ final class SessionDenyList: Service, Sendable {
     /// Reloads the list from the ledger.
     func reload(now: Date = Date()) async throws(PeerCAError) {
         let asked = ContinuousClock.now
-        let fresh = try await ledger.endedSessions(since: now.addingTimeInterval(-SessionDenyList.horizon))
+        let fresh = try await ledger.endedSessions(since: now.addingTimeInterval(-EndedSessions.horizon))
         reloads.withLock { $0.loadedAt = max($0.loadedAt ?? asked, asked) }
         ended.withLock { list in
             for (account, date) in fresh where (list[account] ?? .distantPast) < date { list[account] = date }
-            list = list.filter { $0.value > now.addingTimeInterval(-SessionDenyList.horizon) }
+            list = list.filter { $0.value > now.addingTimeInterval(-EndedSessions.horizon) }
         }
     }
 

@@ -1,4 +1,5 @@
 public import Foundation
+import TokenKit
 
 /// One certificate as the ledger records it.
 public struct LedgerEntry: Sendable, Hashable {
@@ -69,6 +70,22 @@ public struct LedgerEntry: Sendable, Hashable {
         self.provider = provider
         self.sessionStart = sessionStart
         self.renewalOf = renewalOf
+    }
+}
+
+/// The rule for ended sessions (logouts, revocations by account: ``CertificateLedger/endedSessions(since:)``),
+/// which `serve` and `tokentool ca issue` apply alike.
+package enum EndedSessions {
+    /// How far back ended sessions matter: tokens older than this are refused anyway by their
+    /// `exp` (a HAT token lives at most 30 days).
+    package static let horizon: TimeInterval = 31 * 86_400
+
+    /// Why a token of `identity` is no longer honoured, its account's sessions having ended at
+    /// `end`: it was issued (`iat`) before the end, or has no `iat` to show it was not; nil when
+    /// it is honoured.
+    package static func refusal(of identity: PeerIdentity, endedAt end: Date) -> PeerCAError? {
+        if let issued = identity.issuedAt, issued > end { return nil }
+        return PeerCAError(.sessionEnded, "the account's sessions were ended at \(ISO8601Text.string(end)); sign in again for a new token")
     }
 }
 

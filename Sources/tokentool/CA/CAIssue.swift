@@ -79,13 +79,11 @@ struct CAIssue: AsyncParsableCommand {
             let now = Date(timeIntervalSince1970: ca.clock.now)
             let identity = try rules.identity(for: verified, now: now)
             // As `serve` does: a token issued before its account's sessions were ended (logout,
-            // `ca revoke --account`) gets nothing. The ends the ledger keeps for a month cover any
-            // token still unexpired (`serve` holds the same horizon in memory).
-            if let end = try await ca.ledger.endedSessions(since: now.addingTimeInterval(-31 * 86_400))[identity.accountUID],
-                !(identity.issuedAt.map { $0 > end } ?? false)
+            // `ca revoke --account`) gets nothing.
+            if let end = try await ca.ledger.endedSessions(since: now.addingTimeInterval(-EndedSessions.horizon))[identity.accountUID],
+                let refusal = EndedSessions.refusal(of: identity, endedAt: end)
             {
-                throw PeerCAError(
-                    .sessionEnded, "the account's sessions were ended at \(ISO8601Text.string(end)); sign in again for a new token")
+                throw refusal
             }
             issued = try await ca.issue(identity: identity, csr: validated, validity: validity)
         } catch {
