@@ -156,7 +156,7 @@ private struct MetricsScrape: Sendable {
         pageCacheInstalled.set(Int64(pageCache.state == .installed ? 1 : 0))
         pageCacheSkipped.set(pageCache.skipped)
         let sessions = service.sessions.statistics
-        sessionsAge.set(sessions.loadedAt.map { Self.seconds(ContinuousClock.now - $0) } ?? -1)
+        sessionsAge.set(sessions.loadedAt.map { (ContinuousClock.now - $0) / .seconds(1) } ?? -1)
         sessionsFailures.set(Int64(sessions.failures))
         if let statistics = service.ca.authority.presigner?.statistics {
             presigned.set(Int64(statistics.used))
@@ -164,9 +164,5 @@ private struct MetricsScrape: Sendable {
             whole.set(Int64(statistics.missed + statistics.busy))
         }
         return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

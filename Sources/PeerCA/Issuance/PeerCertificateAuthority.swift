@@ -22,26 +22,12 @@ public struct IssuedCertificate: Sendable {
     public let notBefore: Date
     /// The last second of validity.
     public let notAfter: Date
+    /// The intermediates' PEM, made once per CA.
+    let intermediatesPEM: String
     /// True when this is not a new certificate but the one the ledger already held for the same
     /// one-use token and the same key, given again to a retry of the request (its first answer
     /// was lost: a deadline, a dropped connection). See ``PeerCertificateAuthority/issue(identity:csr:validity:)``.
-    public let isRepeat: Bool
-    /// The intermediates' PEM, made once per CA.
-    let intermediatesPEM: String
-
-    init(
-        derBytes: [UInt8], intermediates: [Certificate], identity: PeerIdentity, serial: String, notBefore: Date, notAfter: Date,
-        intermediatesPEM: String, isRepeat: Bool = false
-    ) {
-        self.derBytes = derBytes
-        self.intermediates = intermediates
-        self.identity = identity
-        self.serial = serial
-        self.notBefore = notBefore
-        self.notAfter = notAfter
-        self.intermediatesPEM = intermediatesPEM
-        self.isRepeat = isRepeat
-    }
+    public internal(set) var isRepeat = false
 
     /// The leaf certificate, parsed from ``derBytes``.
     public var certificate: Certificate {
