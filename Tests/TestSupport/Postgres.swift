@@ -57,4 +57,17 @@ public struct TestPostgresCluster: Sendable {
         let status = try run(URL(fileURLWithPath: "/bin/kill"), ["-\(signal)"] + all.map(String.init)).status
         guard status == 0 else { throw TestFailure("kill -\(signal) \(all) failed (\(status))") }
     }
+
+    /// Runs `body` with the server stopped (`STOP`), and resumes it (`CONT`) afterwards, also when
+    /// `body` throws: a hung database for the length of `body`.
+    public func whileStopped<T>(_ body: () async throws -> T) async throws -> T {
+        try signal("STOP")
+        let result: T
+        do { result = try await body() } catch {
+            try? signal("CONT")
+            throw error
+        }
+        try signal("CONT")
+        return result
+    }
 }

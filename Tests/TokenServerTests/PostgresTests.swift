@@ -40,8 +40,7 @@ struct PostgresTests {
                 let before = try await runDetached(openssl, ocspArguments, cwd: dir)
                 #expect(before.out.contains("leaf.pem: good"), "\(before.out)\(before.err)")
 
-                try cluster.signal("STOP")
-                do {
+                try await cluster.whileStopped {
                     let start = ContinuousClock.now
                     let crl = try await server.request(.GET, "/v1/crl")
                     #expect(crl.status == 503)
@@ -51,11 +50,7 @@ struct PostgresTests {
                     let elapsed = ContinuousClock.now - start
                     // Each waited its 2 s; the upper bound leaves room for a pool other tests keep busy.
                     #expect(elapsed >= .seconds(3.5) && elapsed < .seconds(90), "\(elapsed)")
-                } catch {
-                    try cluster.signal("CONT")
-                    throw error
                 }
-                try cluster.signal("CONT")
                 #expect(try await server.request(.GET, "/v1/crl").status == 200)
             }
         }
@@ -74,10 +69,7 @@ struct PostgresTests {
                 $0.ca?.tokenReuse = .oncePerTokenID
                 $0.limits = ServerConfiguration.Limits(requestTimeoutSeconds: 2)
             }) { server in
-                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
-                let issue: @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) = { token in
-                    try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)])
-                }
+                let issue = try Self.issuer(server)
                 let ledger = server.service.store.ledger
                 let statistics = { server.service.store.commitStatistics }
                 #expect(try await issue(try server.token()).status == 200)  // the pool holds an open connection
@@ -88,21 +80,17 @@ struct PostgresTests {
                     tokenID: nil, keyFingerprint: String(repeating: "ab", count: 32), notBefore: now, notAfter: now + 3600, issuedAt: now,
                     der: [0x30, 0x00])
 
-                try cluster.signal("STOP")
-                // Outside the `do`: the server must be running again before the scope ends and awaits it.
-                async let held: Void = ledger.record(entry, claiming: nil)
-                do {
+                // Awaited once the server runs again.
+                let held = try await cluster.whileStopped {
+                    let held = Task { try await ledger.record(entry, claiming: nil) }
                     #expect(await eventually { statistics()?.batches == 2 }, "the held record's batch begins")
                     let answer = try await issue(token)
                     #expect(answer.status == 503 && answer.json["error"].errorCode == "timeout", "\(answer)")
                     #expect(await eventually { statistics()?.withdrawn == 1 }, "the request's work was cancelled at its deadline")
                     #expect(statistics()?.waiting == 0)
-                } catch {
-                    try cluster.signal("CONT")
-                    throw error
+                    return held
                 }
-                try cluster.signal("CONT")
-                try await held
+                try await held.value
 
                 #expect(try await ledger.entry(serial: entry.serial) != nil, "its batch had begun: written once the server answered")
                 let again = try await issue(token)
@@ -122,24 +110,18 @@ struct PostgresTests {
                 $0.store = url
                 $0.ca?.tokenReuse = .oncePerTokenID
             }) { server in
-                let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
-                let issue: @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) = { token in
-                    try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)])
-                }
+                let issue = try Self.issuer(server)
                 let statistics = { server.service.store.commitStatistics }
                 #expect(try await issue(try server.token()).status == 200)  // the pool holds an open connection
                 let jti = UUID().uuidString
                 let token = try server.token(["jti": .string(jti)])
 
-                try cluster.signal("STOP")
-                var stopped = true
-                defer { if stopped { try? cluster.signal("CONT") } }
-                let lost = Task { try await issue(token) }
-                #expect(await eventually(within: .seconds(60)) { statistics()?.batches == 2 }, "the request's batch begins")
-                lost.cancel()
-                #expect((try? await lost.value) == nil, "the client gave up: no answer")
-                try cluster.signal("CONT")
-                stopped = false
+                try await cluster.whileStopped {
+                    let lost = Task { try await issue(token) }
+                    #expect(await eventually(within: .seconds(60)) { statistics()?.batches == 2 }, "the request's batch begins")
+                    lost.cancel()
+                    #expect((try? await lost.value) == nil, "the client gave up: no answer")
+                }
 
                 // Its batch commits once the server answers again.
                 let use = TokenUse(issuer: ServerConfiguration.devIssuer, tokenID: jti)
@@ -172,18 +154,14 @@ struct PostgresTests {
                 #expect(await eventually(within: .seconds(30)) { age() < .seconds(1) }, "reloaded every 0.2 s")
                 let before = sessions.statistics.failures  // 0 unless a reload took over 1 s on a busy machine
 
-                try cluster.signal("STOP")
-                var stopped = true
-                defer { if stopped { try? cluster.signal("CONT") } }
-                #expect(await eventually(within: .seconds(30)) { sessions.statistics.failures > before }, "the hanging reload is reported at its limit")
-                #expect(age() >= .seconds(1), "the list is as old as the last answered reload")
-                // The gauge's value is checked through `statistics` above: the test process's other
-                // servers set the same registry's gauges from their own services when scraped.
-                let (status, body, _) = try await server.request(.GET, "/metrics")
-                #expect(status == 200 && String(decoding: body, as: UTF8.self).contains("\ntokenserver_sessions_reload_failures "))
-
-                try cluster.signal("CONT")
-                stopped = false
+                try await cluster.whileStopped {
+                    #expect(await eventually(within: .seconds(30)) { sessions.statistics.failures > before }, "the hanging reload is reported at its limit")
+                    #expect(age() >= .seconds(1), "the list is as old as the last answered reload")
+                    // The gauge's value is checked through `statistics` above: the test process's other
+                    // servers set the same registry's gauges from their own services when scraped.
+                    let (status, body, _) = try await server.request(.GET, "/metrics")
+                    #expect(status == 200 && String(decoding: body, as: UTF8.self).contains("\ntokenserver_sessions_reload_failures "))
+                }
                 #expect(await eventually(within: .seconds(60)) { age() < .seconds(1) }, "the list follows the store again")
             }
             // A reload cancelled while its query is in flight on a hanging store (the service group
@@ -191,21 +169,24 @@ struct PostgresTests {
             try await LedgerStore.with(.postgres(url: url), logger: Logger(label: "sessions-test")) { ledger in
                 let sessions = SessionDenyList(ledger: ledger, refreshInterval: .seconds(60), logger: Logger(label: "sessions-test"))
                 try await sessions.reload()  // the pool keeps that connection, idle, for the next query
-                try cluster.signal("STOP")
-                var stopped = true
-                defer { if stopped { try? cluster.signal("CONT") } }
-                let ended = Atomic<Bool>(false)
-                let reload = Task {
-                    try? await sessions.reloadOnce()
-                    ended.store(true, ordering: .relaxed)
+                try await cluster.whileStopped {
+                    let ended = Atomic<Bool>(false)
+                    let reload = Task {
+                        try? await sessions.reloadOnce()
+                        ended.store(true, ordering: .relaxed)
+                    }
+                    try await Task.sleep(for: .milliseconds(300))
+                    reload.cancel()
+                    #expect(await eventually(within: .seconds(20)) { ended.load(ordering: .relaxed) }, "a cancelled reload does not wait for the store")
                 }
-                try await Task.sleep(for: .milliseconds(300))
-                reload.cancel()
-                #expect(await eventually(within: .seconds(20)) { ended.load(ordering: .relaxed) }, "a cancelled reload does not wait for the store")
-                try cluster.signal("CONT")
-                stopped = false
             }
         }
+    }
+
+    /// Certificate requests to `server` for one new P-256 key, each with the token given.
+    static func issuer(_ server: LiveServer) throws -> @Sendable (String) async throws -> (status: Int, json: [String: JSONValue]) {
+        let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+        return { token in try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(csr)]) }
     }
 
     /// Writes a reply's chain as `leaf.pem` and `issuer.pem` in `dir` (what `openssl ocsp` reads)
