@@ -149,6 +149,9 @@ public final class PostgresLedger: CertificateLedger, Service {
         // certificate, not revoked, adds no entry to it). The first start after the upgrade builds
         // it, holding the table's writes for that long: seconds at 10 M rows.
         index("certificates_revoked", on: "certificates(revoked_at) WHERE revoked_at IS NOT NULL"),
+        // Ended sessions by date: a server's reload every second reads the ends since a little
+        // before its previous one, not the whole table.
+        index("ended_sessions_by_date", on: "ended_sessions(ended_at)"),
     ]
 
     /// Creates the index `name` when it does not exist. Looked up first: CREATE INDEX takes its
@@ -351,6 +354,16 @@ public final class PostgresLedger: CertificateLedger, Service {
             return sessions
         } catch {
             throw PeerCAError(.ledger, "cannot read the ended sessions: \(PostgresLedger.describe(error))")
+        }
+    }
+
+    public func endedSession(account: String) async throws(PeerCAError) -> Date? {
+        do {
+            let rows = try await client.query("SELECT ended_at FROM ended_sessions WHERE account = \(account)", logger: logger)
+            for try await endedAt in rows.decode(Double.self) { return Date(timeIntervalSince1970: endedAt) }
+            return nil
+        } catch {
+            throw PeerCAError(.ledger, "cannot read the account's ended sessions: \(PostgresLedger.describe(error))")
         }
     }
 

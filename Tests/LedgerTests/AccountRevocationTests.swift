@@ -64,6 +64,11 @@ extension LedgerConformanceTests {
             #expect(try await ledger.endedSessions(since: date(1600)) == ["u": date(2000)])
             #expect(try await ledger.endedSessions(since: date(2000)) == ["u": date(2000)], "at `since` counts")
             #expect(try await ledger.endedSessions(since: date(2000.5)).isEmpty)
+            // One account's end, as `tokentool ca issue` reads it.
+            #expect(try await ledger.endedSession(account: "u") == date(2000))
+            #expect(try await ledger.endedSession(account: "v") == date(1500))
+            #expect(try await ledger.endedSession(account: "w") == nil)
+            #expect(try await ledger.endedSession(account: "") == nil)
         }
     }
 
@@ -212,6 +217,10 @@ struct LedgerUpgradeTests {
             let names = indexes.out.split(separator: "\n").map { $0.split(separator: " ").first.map(String.init) ?? "" }
             #expect(names == ["certificates_common_name", "certificates_pkey", "certificates_revoked", "certificates_subject"], "\(indexes.out)")
             #expect(indexes.out.contains("WHERE (revoked_at IS NOT NULL)"), "\(indexes.out)")
+            // Ended sessions by date, for a server's reloads of what changed (SessionDenyList).
+            let ended = try await runDetached(
+                psql, ["-d", url, "-At", "-c", "SELECT indexdef FROM pg_indexes WHERE tablename = 'ended_sessions' AND indexname = 'ended_sessions_by_date'"])
+            #expect(ended.status == 0 && ended.out.contains("(ended_at)"), "\(ended.out) \(ended.err)")
         }
     }
 

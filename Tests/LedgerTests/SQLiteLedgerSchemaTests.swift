@@ -63,6 +63,26 @@ struct SQLiteLedgerSchemaTests {
         #expect(try await ledger.recent(limit: 3).map(\.serial) == ["3c07", "3c06", "3c05"])
     }
 
+    /// A server reloads the ended sessions every second from a little before its previous reload
+    /// (`SessionDenyList`): that read seeks the date index instead of scanning every account that
+    /// ever logged out, and one account's end (what `tokentool ca issue` checks) is one seek.
+    @Test func endedSessionsAreReadByDateAndByAccountFromIndexes() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let ledger = try SQLiteLedger(path: path)
+        for i in 0..<6 {
+            _ = try await ledger.revokeAccount("account-\(i)", reason: .unspecified, at: Date(timeIntervalSince1970: 1_800_000_000 + Double(i) * 100))
+        }
+        let queue = try DatabaseQueue(path: path)
+        try await queue.read { db in
+            let since = try queryPlan(db, SQLiteLedger.endedSince, [1_800_000_250.0])
+            #expect(since.contains { $0.contains("ended_sessions_by_date") }, "plan: \(since)")
+            #expect(!since.contains { $0.hasPrefix("SCAN") }, "plan: \(since)")
+        }
+        #expect(try await ledger.endedSessions(since: Date(timeIntervalSince1970: 1_800_000_250)).keys.sorted() == ["account-3", "account-4", "account-5"])
+        #expect(try await ledger.endedSession(account: "account-2") == Date(timeIntervalSince1970: 1_800_000_200))
+        #expect(try await ledger.endedSession(account: "account-9") == nil)
+    }
+
     /// The account index is keyed by expiry day first: a certificate's entry lands among those
     /// expiring the same day. Lookups by account and the end of an account's sessions seek
     /// (day, account) for each day that has certificates — never a scan of the table or of a
@@ -117,7 +137,7 @@ struct SQLiteLedgerSchemaTests {
             #expect(try await ledger.entry(serial: "4d\(round)") != nil)
             let queue = try DatabaseQueue(path: path)
             let migrations = try await queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM grdb_migrations") }
-            #expect(migrations == 6)
+            #expect(migrations == 7)
         }
     }
 

@@ -92,6 +92,12 @@ package enum EndedSessions {
 extension CertificateLedger {
     /// Nil: this ledger cannot find the certificate a token use claimed.
     public func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? { nil }
+
+    /// The account's end from ``endedSessions(since:)`` (every end read): for a ledger without a
+    /// lookup of its own.
+    public func endedSession(account: String) async throws(PeerCAError) -> Date? {
+        try await endedSessions(since: .distantPast)[account]
+    }
 }
 
 /// A token use the ledger must record at most once (issuer + `jti`).
@@ -149,6 +155,11 @@ public protocol CertificateLedger: Sendable {
     /// The ended sessions: every account whose sessions ended at or after `since`, with the latest
     /// end. A token of such an account issued (`iat`) before that time is no longer honoured.
     ///
-    /// - Parameter since: The earliest end to report (for a server: now − the longest token lifetime).
+    /// - Parameter since: The earliest end to report (for a server: now − the longest token lifetime
+    ///   at its first read, then a little before its previous read: ends are indexed by their date,
+    ///   so such a read costs what it returns, not the table).
     func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date]
+    /// When one account's sessions last ended (``revokeAccount(_:reason:at:)``), if they ever did:
+    /// what `tokentool ca issue` checks for the one token it is given.
+    func endedSession(account: String) async throws(PeerCAError) -> Date?
 }

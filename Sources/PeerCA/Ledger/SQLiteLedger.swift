@@ -179,6 +179,12 @@ public final class SQLiteLedger: CertificateLedger {
                     DROP INDEX IF EXISTS certificates_common_name;
                     """)
             }
+            // v7: ended sessions by date, so that a server's reload every second (the ends since a
+            // little before its previous one) reads what changed instead of the table: with a
+            // million ends in the horizon, an idle `serve` spent 0.6 of a core on whole reads.
+            migrator.registerMigration("v7") { db in
+                try db.execute(sql: "CREATE INDEX ended_sessions_by_date ON ended_sessions(ended_at)")
+            }
             try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) { [pool] in try migrator.migrate(pool) }
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
@@ -439,6 +445,8 @@ public final class SQLiteLedger: CertificateLedger {
     }
 
     /// `revoked(notExpiredAt:)`'s condition: the partial index of revoked certificates only.
+    /// The ended sessions from a date on (read from their date index, v7).
+    package static let endedSince = "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= ?"
     package static let revokedNotExpired = "WHERE revoked_at IS NOT NULL AND not_after > ? ORDER BY revoked_at"
 
     public func revoke(serial: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> LedgerEntry {
@@ -498,15 +506,26 @@ public final class SQLiteLedger: CertificateLedger {
         do {
             return try await pool.read { db in
                 var sessions: [String: Date] = [:]
-                for row in try Row.fetchAll(
-                    db, sql: "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= ?", arguments: [since.timeIntervalSince1970])
-                {
-                    sessions[try row.decode(String.self, forColumn: "account")] = Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "ended_at"))
+                // A cursor: a full read of a million ends holds their dictionary, not a row each too.
+                let rows = try Row.fetchCursor(db, sql: SQLiteLedger.endedSince, arguments: [since.timeIntervalSince1970])
+                while let row = try rows.next() {
+                    sessions[try row.decode(String.self, atIndex: 0)] = Date(timeIntervalSince1970: try row.decode(Double.self, atIndex: 1))
                 }
                 return sessions
             }
         } catch {
             throw PeerCAError(.ledger, "cannot read the ended sessions: \(SQLiteLedger.describe(error))")
+        }
+    }
+
+    public func endedSession(account: String) async throws(PeerCAError) -> Date? {
+        do {
+            return try await pool.read { db in
+                try Double.fetchOne(db, sql: "SELECT ended_at FROM ended_sessions WHERE account = ?", arguments: [account])
+                    .map { Date(timeIntervalSince1970: $0) }
+            }
+        } catch {
+            throw PeerCAError(.ledger, "cannot read the account's ended sessions: \(SQLiteLedger.describe(error))")
         }
     }
 

@@ -80,7 +80,7 @@ struct CAIssue: AsyncParsableCommand {
             let identity = try rules.identity(for: verified, now: now)
             // As `serve` does: a token issued before its account's sessions were ended (logout,
             // `ca revoke --account`) gets nothing.
-            if let end = try await ca.ledger.endedSessions(since: now.addingTimeInterval(-EndedSessions.horizon))[identity.accountUID],
+            if let end = try await ca.ledger.endedSession(account: identity.accountUID), end >= now.addingTimeInterval(-EndedSessions.horizon),
                 let refusal = EndedSessions.refusal(of: identity, endedAt: end)
             {
                 throw refusal
