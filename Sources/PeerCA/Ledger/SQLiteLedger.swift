@@ -444,9 +444,9 @@ public final class SQLiteLedger: CertificateLedger {
         try await select("ORDER BY issued_at DESC LIMIT ?", [max(0, limit)])
     }
 
-    /// `revoked(notExpiredAt:)`'s condition: the partial index of revoked certificates only.
     /// The ended sessions from a date on (read from their date index, v7).
     package static let endedSince = "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= ?"
+    /// `revoked(notExpiredAt:)`'s condition: the partial index of revoked certificates only.
     package static let revokedNotExpired = "WHERE revoked_at IS NOT NULL AND not_after > ? ORDER BY revoked_at"
 
     public func revoke(serial: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> LedgerEntry {
