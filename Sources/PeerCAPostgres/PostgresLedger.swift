@@ -179,47 +179,66 @@ public final class PostgresLedger: CertificateLedger, Service {
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
 
     /// Writes a batch: one transaction with one multi-row INSERT per table (one commit, one WAL
-    /// flush). When a unique key refuses it (a reused token or an existing serial, by this
-    /// instance or another), nothing of it was written, and each record is then written in a
-    /// transaction of its own, so that only the refused ones fail.
+    /// flush). A row a unique key refuses (a reused token or an existing serial, by this instance
+    /// or another) is skipped (`ON CONFLICT DO NOTHING`), not an error that would undo the batch:
+    /// the serials each INSERT returns tell which records went in, a token use is written only for
+    /// a certificate that went in, and a certificate whose token use was refused is deleted again
+    /// in the same transaction. So a retried one-use token (refused, then given its certificate
+    /// again) costs its batch nothing: before, it undid the batch, and every record in it was
+    /// written again in a transaction of its own.
     static func write(_ batch: [LedgerRecord], client: PostgresClient, logger: Logger) async -> [Result<Void, PeerCAError>] {
-        if batch.count > 1 {
-            do {
-                let (certificates, uses) = PostgresLedger.inserts(batch)
-                try await client.withTransaction(logger: logger) { connection in
-                    try await connection.query(certificates, logger: logger)
-                    if let uses { try await connection.query(uses, logger: logger) }
-                }
-                return batch.map { _ in .success(()) }
-            } catch where PostgresLedger.uniqueViolation(error) != nil {
-                // One at a time below, to tell which.
-            } catch {
-                let failure = PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
-                return batch.map { _ in .failure(failure) }
+        // A serial twice in the batch: the later record is refused here (the database's answer,
+        // the serials written, could not tell the two apart).
+        var results = [Result<Void, PeerCAError>?](repeating: nil, count: batch.count)
+        var serials = Set<String>()
+        var records: [LedgerRecord] = []
+        for (index, record) in batch.enumerated() {
+            if serials.insert(record.entry.serial).inserted {
+                records.append(record)
+            } else {
+                results[index] = .failure(record.duplicate(tokenUse: false))
             }
         }
-        var results: [Result<Void, PeerCAError>] = []
-        for record in batch {
-            do {
-                let (certificate, use) = PostgresLedger.inserts([record])
-                try await client.withTransaction(logger: logger) { connection in
-                    try await connection.query(certificate, logger: logger)
-                    if let use { try await connection.query(use, logger: logger) }
+        let written: (certificates: Set<String>, uses: Set<String>)
+        do {
+            written = try await client.withTransaction(logger: logger) { connection in
+                var certificates = Set<String>()
+                // Rows in key order: two instances' batches that share keys (a token raced on both)
+                // wait for each other in one order, never in a cycle (a deadlock would fail both).
+                let byKey = records.sorted { $0.entry.serial < $1.entry.serial }
+                for try await serial in try await connection.query(PostgresLedger.certificatesInsert(byKey), logger: logger).decode(String.self) {
+                    certificates.insert(serial)
                 }
-                results.append(.success(()))
-            } catch {
-                if let constraint = PostgresLedger.uniqueViolation(error) {
-                    results.append(.failure(record.duplicate(tokenUse: constraint == "token_uses_pkey")))
-                } else {
-                    results.append(.failure(PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")))
+                let claiming = records.filter { $0.use != nil && certificates.contains($0.entry.serial) }
+                    .sorted { ($0.use?.issuer ?? "", $0.use?.tokenID ?? "") < ($1.use?.issuer ?? "", $1.use?.tokenID ?? "") }
+                var uses = Set<String>()
+                if !claiming.isEmpty {
+                    for try await serial in try await connection.query(PostgresLedger.usesInsert(claiming), logger: logger).decode(String.self) {
+                        uses.insert(serial)
+                    }
                 }
+                let unclaimed = claiming.map(\.entry.serial).filter { !uses.contains($0) }
+                if !unclaimed.isEmpty {
+                    try await connection.query("DELETE FROM certificates WHERE serial = ANY(\(unclaimed))", logger: logger)
+                }
+                return (certificates, uses)
             }
+        } catch {
+            let failure = PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
+            return results.map { $0 ?? .failure(failure) }
         }
-        return results
+        return zip(batch, results).map { record, result in
+            if let result { return result }
+            let serial = record.entry.serial
+            if !written.certificates.contains(serial) { return .failure(record.duplicate(tokenUse: false)) }
+            if record.use != nil && !written.uses.contains(serial) { return .failure(record.duplicate(tokenUse: true)) }
+            return .success(())
+        }
     }
 
-    /// The INSERT of `batch`'s certificates, and of their token uses when any claims one.
-    static func inserts(_ batch: [LedgerRecord]) -> (certificates: PostgresQuery, uses: PostgresQuery?) {
+    /// The INSERT of `batch`'s certificates; a serial that exists is skipped, and the serials
+    /// written are returned.
+    static func certificatesInsert(_ batch: [LedgerRecord]) -> PostgresQuery {
         var bindings = PostgresBindings(capacity: batch.count * 14)
         var rows: [String] = []
         rows.reserveCapacity(batch.count)
@@ -242,26 +261,31 @@ public final class PostgresLedger: CertificateLedger, Service {
             bindings.append(entry.renewalOf)
             rows.append("(" + (first + 1...first + 14).map { "$\($0)" }.joined(separator: ", ") + ")")
         }
-        let certificates = PostgresQuery(
+        return PostgresQuery(
             unsafeSQL: """
                 INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
                     not_before, not_after, issued_at, der, provider, session_start, renewal_of)
                 VALUES
-                """ + " " + rows.joined(separator: ", "),
+                """ + " " + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING RETURNING serial",
             binds: bindings)
-        var useBindings = PostgresBindings()
-        var useRows: [String] = []
+    }
+
+    /// The INSERT of the token uses `batch`'s records claim (each must have one); a use recorded
+    /// before, or twice in the batch, is skipped, and the serials of the uses written are returned.
+    static func usesInsert(_ batch: [LedgerRecord]) -> PostgresQuery {
+        var bindings = PostgresBindings(capacity: batch.count * 3)
+        var rows: [String] = []
         for record in batch {
             guard let use = record.use else { continue }
-            let first = useBindings.count
-            useBindings.append(use.issuer)
-            useBindings.append(use.tokenID)
-            useBindings.append(record.entry.serial)
-            useRows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
+            let first = bindings.count
+            bindings.append(use.issuer)
+            bindings.append(use.tokenID)
+            bindings.append(record.entry.serial)
+            rows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
         }
-        let uses = useRows.isEmpty
-            ? nil : PostgresQuery(unsafeSQL: "INSERT INTO token_uses (issuer, token_id, serial) VALUES " + useRows.joined(separator: ", "), binds: useBindings)
-        return (certificates, uses)
+        return PostgresQuery(
+            unsafeSQL: "INSERT INTO token_uses (issuer, token_id, serial) VALUES " + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING RETURNING serial",
+            binds: bindings)
     }
 
     public func entry(serial: String) async throws(PeerCAError) -> LedgerEntry? {
@@ -400,19 +424,6 @@ public final class PostgresLedger: CertificateLedger, Service {
                 sessionStart: full.14.map { Date(timeIntervalSince1970: $0) }, renewalOf: full.15))
         }
         return entries
-    }
-
-    /// The constraint a unique violation broke, or nil when `error` is not one.
-    static func uniqueViolation(_ error: any Error) -> String? {
-        if let error = error as? PSQLError, error.code == .server, error.serverInfo?[.sqlState] == "23505" {
-            return error.serverInfo?[.constraintName] ?? ""
-        }
-        if let error = error as? PostgresTransactionError {
-            for inner in [error.closureError, error.commitError].compactMap({ $0 }) {
-                if let name = uniqueViolation(inner) { return name }
-            }
-        }
-        return nil
     }
 
     static func describe(_ error: any Error) -> String {

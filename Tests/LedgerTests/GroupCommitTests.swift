@@ -254,6 +254,85 @@ struct GroupCommitTests {
             }
         }
     }
+
+    /// A batch holding refused records (retries of a one-use token, a serial that exists) is still
+    /// one transaction on PostgreSQL: the refused rows are skipped, not an error that undoes the
+    /// batch and writes every record again alone (before: 1 + 40 transactions for this batch).
+    @Test func refusedRecordsDoNotUndoTheirPostgresBatch() async throws {
+        let logger = Logger(label: "group-commit-tests")
+        try await withTestPostgres { url in
+            try await LedgerStore.with(.postgres(url: url), logger: logger) { opened in
+                let ledger = try #require(opened as? PostgresLedger)
+                try await ledger.record(entry("6000"), claiming: TokenUse(issuer: "i", tokenID: "used"))
+                let components = try #require(URLComponents(string: url))
+                let client = PostgresClient(
+                    configuration: .init(
+                        host: try #require(components.host), port: components.port ?? 5432, username: try #require(components.user),
+                        password: components.password, database: String(components.path.dropFirst()), tls: .disable),
+                    backgroundLogger: logger)
+                // Each call is a transaction of its own and takes the next ID: the IDs between two
+                // calls, less one, are the writing transactions in between.
+                func transactionID() async throws -> Int64 {
+                    for try await id in try await client.query("SELECT txid_current()", logger: logger).decode(Int64.self) { return id }
+                    return -1
+                }
+                let outcomes = try await withThrowingTaskGroup(of: Void.self) { service in
+                    service.addTask { await client.run() }
+                    defer { service.cancelAll() }
+                    let before = try await transactionID()
+                    let outcomes = try await client.withConnection { connection in
+                        try await connection.query("BEGIN", logger: logger)
+                        try await connection.query("LOCK TABLE certificates IN EXCLUSIVE MODE", logger: logger)
+                        return try await withThrowingTaskGroup(of: (Int, PeerCAError.Code?).self) { group in
+                            func add(_ i: Int) {
+                                group.addTask {
+                                    // Every fourth a retry of the used token, the tenth an existing serial.
+                                    let serial = i == 10 ? "6000" : String(format: "6%03x", i)
+                                    let use = TokenUse(issuer: "i", tokenID: i % 4 == 3 ? "used" : "t-\(i)")
+                                    do throws(PeerCAError) {
+                                        try await ledger.record(entry(serial), claiming: use)
+                                        return (i, nil)
+                                    } catch { return (i, error.code) }
+                                }
+                            }
+                            add(1)
+                            do {
+                                try await eventually("the first batch starts") { ledger.commitStatistics.batches == 2 }
+                                for i in 2...41 { add(i) }
+                                try await eventually("40 records wait") { ledger.commitStatistics.waiting == 40 }
+                            } catch {
+                                _ = try? await connection.query("ROLLBACK", logger: logger)
+                                throw error
+                            }
+                            try await connection.query("COMMIT", logger: logger)
+                            var outcomes: [Int: PeerCAError.Code?] = [:]
+                            for try await (i, code) in group { outcomes[i] = code }
+                            return outcomes
+                        }
+                    }
+                    let used = try await transactionID() - before - 1
+                    #expect(used <= 3, "the waiting batch in one transaction (and the first's): \(used)")
+                    return outcomes
+                }
+                #expect(ledger.commitStatistics.largestBatch == 40)
+                for i in 1...41 {
+                    let serial = String(format: "6%03x", i)
+                    if i == 10 {
+                        #expect(outcomes[i] == .some(.serialExists))
+                    } else if i % 4 == 3 {
+                        #expect(outcomes[i] == .some(.tokenReused), "\(i)")
+                        #expect(try await ledger.entry(serial: serial) == nil, "\(i): its certificate is not kept")
+                    } else {
+                        #expect(outcomes[i] == .some(nil), "\(i)")
+                        #expect(try await ledger.entry(serial: serial) != nil, "\(i)")
+                        #expect(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: "t-\(i)"))?.serial == serial, "\(i)")
+                    }
+                }
+                #expect(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: "t-10")) == nil, "no use for a certificate not written")
+                #expect(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: "used"))?.serial == "6000")
+            }
+        }
+    }
 }
 
 extension LedgerConformanceTests {
