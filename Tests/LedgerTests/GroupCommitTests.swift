@@ -217,12 +217,7 @@ struct GroupCommitTests {
         try await withTestPostgres { url in
             try await LedgerStore.with(.postgres(url: url), logger: logger) { opened in
                 let ledger = try #require(opened as? PostgresLedger)
-                let components = try #require(URLComponents(string: url))
-                let client = PostgresClient(
-                    configuration: .init(
-                        host: try #require(components.host), port: components.port ?? 5432, username: try #require(components.user),
-                        password: components.password, database: String(components.path.dropFirst()), tls: .disable),
-                    backgroundLogger: logger)
+                let client = try Self.client(url, logger: logger)
                 try await withThrowingTaskGroup(of: Void.self) { service in
                     service.addTask { await client.run() }
                     try await client.withConnection { connection in
@@ -255,6 +250,16 @@ struct GroupCommitTests {
         }
     }
 
+    /// A PostgreSQL client of the test's own on the ledger's database (run it while using it).
+    static func client(_ url: String, logger: Logger) throws -> PostgresClient {
+        let components = try #require(URLComponents(string: url))
+        return PostgresClient(
+            configuration: .init(
+                host: try #require(components.host), port: components.port ?? 5432, username: try #require(components.user),
+                password: components.password, database: String(components.path.dropFirst()), tls: .disable),
+            backgroundLogger: logger)
+    }
+
     /// A batch holding refused records (retries of a one-use token, a serial that exists) is still
     /// one transaction on PostgreSQL: the refused rows are skipped, not an error that undoes the
     /// batch and writes every record again alone (before: 1 + 40 transactions for this batch).
@@ -264,12 +269,7 @@ struct GroupCommitTests {
             try await LedgerStore.with(.postgres(url: url), logger: logger) { opened in
                 let ledger = try #require(opened as? PostgresLedger)
                 try await ledger.record(entry("6000"), claiming: TokenUse(issuer: "i", tokenID: "used"))
-                let components = try #require(URLComponents(string: url))
-                let client = PostgresClient(
-                    configuration: .init(
-                        host: try #require(components.host), port: components.port ?? 5432, username: try #require(components.user),
-                        password: components.password, database: String(components.path.dropFirst()), tls: .disable),
-                    backgroundLogger: logger)
+                let client = try Self.client(url, logger: logger)
                 // Each call is a transaction of its own and takes the next ID: the IDs between two
                 // calls, less one, are the writing transactions in between.
                 func transactionID() async throws -> Int64 {
