@@ -120,8 +120,19 @@ public final class PostgresLedger: CertificateLedger, Service {
         index("certificates_common_name", on: "certificates(common_name)"),
         """
         CREATE TABLE IF NOT EXISTS token_uses (
-            issuer TEXT NOT NULL, token_id TEXT NOT NULL, serial TEXT NOT NULL REFERENCES certificates(serial),
+            issuer TEXT NOT NULL, token_id TEXT NOT NULL, serial TEXT NOT NULL REFERENCES certificates(serial) DEFERRABLE INITIALLY DEFERRED,
             PRIMARY KEY (issuer, token_id))
+        """,
+        // A batch writes its token uses before their certificates (``write(_:client:logger:)``):
+        // the foreign key is checked at commit. A ledger made before gets its key changed, once.
+        """
+        DO $$ DECLARE fk TEXT; BEGIN
+            SELECT conname INTO fk FROM pg_constraint
+                WHERE conrelid = 'token_uses'::regclass AND contype = 'f' AND NOT (condeferrable AND condeferred);
+            IF fk IS NOT NULL THEN
+                EXECUTE format('ALTER TABLE token_uses ALTER CONSTRAINT %I DEFERRABLE INITIALLY DEFERRED', fk);
+            END IF;
+        END $$
         """,
         "CREATE SEQUENCE IF NOT EXISTS crl_numbers",
         // Added with revocation by account; each statement is a no-op on a ledger that has it. The
@@ -180,12 +191,16 @@ public final class PostgresLedger: CertificateLedger, Service {
 
     /// Writes a batch: one transaction with one multi-row INSERT per table (one commit, one WAL
     /// flush). A row a unique key refuses (a reused token or an existing serial, by this instance
-    /// or another) is skipped (`ON CONFLICT DO NOTHING`), not an error that would undo the batch:
-    /// the serials each INSERT returns tell which records went in, a token use is written only for
-    /// a certificate that went in, and a certificate whose token use was refused is deleted again
-    /// in the same transaction. So a retried one-use token (refused, then given its certificate
-    /// again) costs its batch nothing: before, it undid the batch, and every record in it was
-    /// written again in a transaction of its own.
+    /// or another) is skipped (`ON CONFLICT … DO NOTHING`), not an error that would undo the batch;
+    /// each INSERT returns the serials it wrote. The token uses go first (the foreign key to
+    /// `certificates` is checked at commit): a certificate is written only when its use was
+    /// claimed, and a use whose certificate was refused (an existing serial) is deleted again by
+    /// its key. No certificate is ever deleted: that would make PostgreSQL look for uses
+    /// referring to it, through `token_uses`, which has no index on `serial`.
+    ///
+    /// So a retried one-use token (refused here, then given its certificate again) costs its
+    /// batch nothing: before, it undid the batch, and the batch's N records were then written in
+    /// N transactions of their own.
     static func write(_ batch: [LedgerRecord], client: PostgresClient, logger: Logger) async -> [Result<Void, PeerCAError>] {
         // A serial twice in the batch: the later record is refused here (the database's answer,
         // the serials written, could not tell the two apart).
@@ -199,29 +214,33 @@ public final class PostgresLedger: CertificateLedger, Service {
                 results[index] = .failure(record.duplicate(tokenUse: false))
             }
         }
-        let written: (certificates: Set<String>, uses: Set<String>)
+        let written: (uses: Set<String>, certificates: Set<String>)
         do {
             written = try await client.withTransaction(logger: logger) { connection in
-                var certificates = Set<String>()
                 // Rows in key order: two instances' batches that share keys (a token raced on both)
                 // wait for each other in one order, never in a cycle (a deadlock would fail both).
-                let byKey = records.sorted { $0.entry.serial < $1.entry.serial }
-                for try await serial in try await connection.query(PostgresLedger.certificatesInsert(byKey), logger: logger).decode(String.self) {
-                    certificates.insert(serial)
-                }
-                let claiming = records.filter { $0.use != nil && certificates.contains($0.entry.serial) }
-                    .sorted { ($0.use?.issuer ?? "", $0.use?.tokenID ?? "") < ($1.use?.issuer ?? "", $1.use?.tokenID ?? "") }
                 var uses = Set<String>()
+                let claiming = records.filter { $0.use != nil }
+                    .sorted { ($0.use?.issuer ?? "", $0.use?.tokenID ?? "") < ($1.use?.issuer ?? "", $1.use?.tokenID ?? "") }
                 if !claiming.isEmpty {
                     for try await serial in try await connection.query(PostgresLedger.usesInsert(claiming), logger: logger).decode(String.self) {
                         uses.insert(serial)
                     }
                 }
-                let unclaimed = claiming.map(\.entry.serial).filter { !uses.contains($0) }
-                if !unclaimed.isEmpty {
-                    try await connection.query("DELETE FROM certificates WHERE serial = ANY(\(unclaimed))", logger: logger)
+                let writing = records.filter { $0.use == nil || uses.contains($0.entry.serial) }.sorted { $0.entry.serial < $1.entry.serial }
+                var certificates = Set<String>()
+                if !writing.isEmpty {
+                    for try await serial in try await connection.query(PostgresLedger.certificatesInsert(writing), logger: logger).decode(String.self) {
+                        certificates.insert(serial)
+                    }
                 }
-                return (certificates, uses)
+                let orphans = writing.filter { !certificates.contains($0.entry.serial) }.compactMap(\.use)
+                if !orphans.isEmpty {
+                    try await connection.query(
+                        "DELETE FROM token_uses WHERE (issuer, token_id) IN (SELECT * FROM unnest(\(orphans.map(\.issuer)), \(orphans.map(\.tokenID))))",
+                        logger: logger)
+                }
+                return (uses, certificates)
             }
         } catch {
             let failure = PeerCAError(.ledger, "cannot record the certificate: \(PostgresLedger.describe(error))")
@@ -230,8 +249,8 @@ public final class PostgresLedger: CertificateLedger, Service {
         return zip(batch, results).map { record, result in
             if let result { return result }
             let serial = record.entry.serial
-            if !written.certificates.contains(serial) { return .failure(record.duplicate(tokenUse: false)) }
             if record.use != nil && !written.uses.contains(serial) { return .failure(record.duplicate(tokenUse: true)) }
+            if !written.certificates.contains(serial) { return .failure(record.duplicate(tokenUse: false)) }
             return .success(())
         }
     }
@@ -266,7 +285,7 @@ public final class PostgresLedger: CertificateLedger, Service {
                 INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
                     not_before, not_after, issued_at, der, provider, session_start, renewal_of)
                 VALUES
-                """ + " " + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING RETURNING serial",
+                """ + " " + rows.joined(separator: ", ") + " ON CONFLICT (serial) DO NOTHING RETURNING serial",
             binds: bindings)
     }
 
@@ -284,7 +303,7 @@ public final class PostgresLedger: CertificateLedger, Service {
             rows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
         }
         return PostgresQuery(
-            unsafeSQL: "INSERT INTO token_uses (issuer, token_id, serial) VALUES " + rows.joined(separator: ", ") + " ON CONFLICT DO NOTHING RETURNING serial",
+            unsafeSQL: "INSERT INTO token_uses (issuer, token_id, serial) VALUES " + rows.joined(separator: ", ") + " ON CONFLICT (issuer, token_id) DO NOTHING RETURNING serial",
             binds: bindings)
     }
 

@@ -11,14 +11,17 @@ import TokenKit
 ///
 /// The ledger is the truth, shared by every instance on one store: a ``Service`` reloads the list
 /// every ``refreshInterval`` (and at start), and a logout through this instance enters it at once.
-/// So an end made through another instance is seen within one interval.
+/// So an end made through another instance is seen within one interval — if the instances' clocks
+/// differ by less than ``overlap``; otherwise within ``fullReloadInterval``.
 ///
 /// A reload reads only the ends dated from ``overlap`` before the previous reload on (the ledger
 /// indexes them by date), so it costs what changed, not every end in the horizon: with a million
 /// ends in the last 31 days, whole reads every second kept an idle server 0.6 of a core busy. The
 /// overlap covers an end whose transaction committed after that reload had read (dated before
-/// it), and an instance whose clock runs behind; every ``fullReloadInterval``, and when the clock
-/// has gone back, a reload reads the whole horizon again and forgets ends that have left it.
+/// it), and instances whose clocks differ; every ``fullReloadInterval``, and when the clock has
+/// gone back, a reload reads the whole horizon again and forgets ends that have left it. A whole
+/// reload that fails is followed by one of what changed, so that a store too slow for whole reads
+/// still passes on new ends; the whole one is tried again after that.
 ///
 /// A reload that fails, or has not answered after ``overdueAfter`` (a store that hangs rather than
 /// refuses: a stopped server, a network path that drops packets), keeps the last list in use, is
@@ -31,8 +34,9 @@ final class SessionDenyList: Service, Sendable {
     let logger: Logger
     private let ended = Mutex<[String: Date]>([:])
     private let reloads = Mutex(Statistics())
-    /// When the last reload read, and the last whole one (the clock of `reload(now:)`).
-    private let read = Mutex<(last: Date, whole: Date)?>(nil)
+    /// When the last reload read, and the last whole one (the clock of `reload(now:)`); whether
+    /// the last whole one attempted since then failed.
+    private let read = Mutex<(last: Date, whole: Date, wholeFailed: Bool)?>(nil)
 
     /// How far before the previous reload a reload reads again: longer than any transaction that
     /// ends sessions and any sane difference between instances' clocks.
@@ -87,13 +91,19 @@ final class SessionDenyList: Service, Sendable {
         let horizonStart = now.addingTimeInterval(-EndedSessions.horizon)
         let previous = read.withLock { $0 }
         var since = horizonStart, whole = true
-        if let previous, now >= previous.last, now.timeIntervalSince(previous.whole) < Self.fullReloadInterval {
+        if let previous, now >= previous.last, previous.wholeFailed || now.timeIntervalSince(previous.whole) < Self.fullReloadInterval {
             since = max(horizonStart, previous.last.addingTimeInterval(-Self.overlap))
             whole = false
         }
-        let fresh = try await ledger.endedSessions(since: since)
+        let fresh: [String: Date]
+        do {
+            fresh = try await ledger.endedSessions(since: since)
+        } catch {
+            if whole { read.withLock { state in state = state.map { ($0.last, $0.whole, true) } } }
+            throw error
+        }
         reloads.withLock { $0.loadedAt = max($0.loadedAt ?? asked, asked) }
-        read.withLock { $0 = (last: now, whole: whole ? now : previous?.whole ?? now) }
+        read.withLock { $0 = (last: now, whole: whole ? now : previous?.whole ?? now, wholeFailed: false) }
         ended.withLock { list in
             for (account, date) in fresh where (list[account] ?? .distantPast) < date { list[account] = date }
             if whole { list = list.filter { $0.value >= horizonStart } }

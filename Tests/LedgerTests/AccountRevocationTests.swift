@@ -221,6 +221,10 @@ struct LedgerUpgradeTests {
             let ended = try await runDetached(
                 psql, ["-d", url, "-At", "-c", "SELECT indexdef FROM pg_indexes WHERE tablename = 'ended_sessions' AND indexname = 'ended_sessions_by_date'"])
             #expect(ended.status == 0 && ended.out.contains("(ended_at)"), "\(ended.out) \(ended.err)")
+            // The token uses' foreign key, checked at commit now (a batch writes uses first).
+            let key = try await runDetached(
+                psql, ["-d", url, "-At", "-c", "SELECT condeferrable, condeferred FROM pg_constraint WHERE conrelid = 'token_uses'::regclass AND contype = 'f'"])
+            #expect(key.status == 0 && key.out.trimmingCharacters(in: .whitespacesAndNewlines) == "t|t", "\(key.out) \(key.err)")
         }
     }
 

@@ -286,9 +286,10 @@ struct GroupCommitTests {
                         return try await withThrowingTaskGroup(of: (Int, PeerCAError.Code?).self) { group in
                             func add(_ i: Int) {
                                 group.addTask {
-                                    // Every fourth a retry of the used token, the tenth an existing serial.
-                                    let serial = i == 10 ? "6000" : String(format: "6%03x", i)
-                                    let use = TokenUse(issuer: "i", tokenID: i % 4 == 3 ? "used" : "t-\(i)")
+                                    // Every fourth a retry of the used token, the tenth an existing serial, the
+                                    // 12th and 13th one new token claimed twice, the 14th the 2nd's serial again.
+                                    let serial = i == 10 ? "6000" : i == 14 ? "6002" : String(format: "6%03x", i)
+                                    let use = TokenUse(issuer: "i", tokenID: i % 4 == 3 ? "used" : i == 12 || i == 13 ? "twice" : "t-\(i)")
                                     do throws(PeerCAError) {
                                         try await ledger.record(entry(serial), claiming: use)
                                         return (i, nil)
@@ -315,7 +316,17 @@ struct GroupCommitTests {
                     return outcomes
                 }
                 #expect(ledger.commitStatistics.largestBatch == 40)
-                for i in 1...41 {
+                // Of the token claimed twice in the batch and of the serial written twice, one each.
+                #expect([outcomes[12], outcomes[13]].filter { $0 == .some(nil) }.count == 1)
+                #expect([outcomes[12], outcomes[13]].filter { $0 == .some(.tokenReused) }.count == 1)
+                let twice = try #require(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: "twice")))
+                #expect(try await ledger.entry(serial: twice.serial == "600c" ? "600d" : "600c") == nil)
+                #expect([outcomes[2], outcomes[14]].filter { $0 == .some(nil) }.count == 1)
+                #expect([outcomes[2], outcomes[14]].filter { $0 == .some(.serialExists) }.count == 1)
+                let kept = outcomes[2] == .some(nil) ? "t-2" : "t-14", dropped = kept == "t-2" ? "t-14" : "t-2"
+                #expect(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: kept))?.serial == "6002")
+                #expect(try await ledger.entry(claiming: TokenUse(issuer: "i", tokenID: dropped)) == nil, "no use left for a refused serial")
+                for i in 1...41 where ![2, 12, 13, 14].contains(i) {
                     let serial = String(format: "6%03x", i)
                     if i == 10 {
                         #expect(outcomes[i] == .some(.serialExists))

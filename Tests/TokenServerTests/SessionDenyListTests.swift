@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PeerCA
+import Synchronization
 import TestSupport
 import Testing
 @testable import TokenServer
@@ -79,4 +80,59 @@ struct SessionDenyListTests {
             #expect(sessions.endedAt("noted") == t0.addingTimeInterval(5), "an end noted by this instance stays")
         }
     }
+
+    @Test func aWholeReloadThatFailsIsFollowedByOneOfWhatChanged() async throws {
+        let path = try temporaryDirectory().appendingPathComponent("ledger.sqlite").path
+        let other = try SQLiteLedger(path: path)
+        // The real ledger, refusing reads older than an hour: a store whose whole reads time out.
+        let ledger = WholeReadsFail(ledger: try SQLiteLedger(path: path), limit: 3_600)
+        let sessions = SessionDenyList(ledger: ledger, refreshInterval: .seconds(60), logger: Logger(label: "sessions-test"))
+        let t0 = Self.t0
+        ledger.now.withLock { $0 = t0 }
+        await #expect(throws: PeerCAError.self) { try await sessions.reload(now: t0) }
+        // Never loaded whole: there is no previous reload to read from, so the next is whole too.
+        await #expect(throws: PeerCAError.self) { try await sessions.reload(now: t0.addingTimeInterval(1)) }
+        ledger.limit.withLock { $0 = .infinity }
+        #expect(try await sessions.reload(now: t0.addingTimeInterval(2)))
+        ledger.limit.withLock { $0 = 3_600 }
+
+        let due = t0.addingTimeInterval(2 + SessionDenyList.fullReloadInterval)
+        ledger.now.withLock { $0 = due }
+        _ = try await other.revokeAccount("new", reason: .unspecified, at: due)
+        await #expect(throws: PeerCAError.self) { try await sessions.reload(now: due) }
+        #expect(try await !sessions.reload(now: due.addingTimeInterval(1)), "after a failed whole reload, what changed")
+        #expect(sessions.endedAt("new") == due, "so new ends still arrive")
+        await #expect(throws: PeerCAError.self, "then the whole one again") { try await sessions.reload(now: due.addingTimeInterval(2)) }
+    }
+}
+
+/// A real ledger whose ended-sessions reads reaching back further than `limit` seconds before
+/// `now` fail, as a store's statement timeout would fail a whole read; everything else is the
+/// ledger's own.
+final class WholeReadsFail: CertificateLedger {
+    let ledger: any CertificateLedger
+    let limit: Mutex<TimeInterval>
+    let now = Mutex(Date())
+    init(ledger: any CertificateLedger, limit: TimeInterval) {
+        self.ledger = ledger
+        self.limit = Mutex(limit)
+    }
+    func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] {
+        if now.withLock({ $0 }).timeIntervalSince(since) > limit.withLock({ $0 }) { throw PeerCAError(.ledger, "canceling statement due to statement timeout") }
+        return try await ledger.endedSessions(since: since)
+    }
+    func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) { try await ledger.record(entry, claiming: use) }
+    func entry(serial: String) async throws(PeerCAError) -> LedgerEntry? { try await ledger.entry(serial: serial) }
+    func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? { try await ledger.entry(claiming: use) }
+    func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.entries(subject: subject) }
+    func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.recent(limit: limit) }
+    func revoke(serial: String, reason: LedgerEntry.RevocationReason, at: Date) async throws(PeerCAError) -> LedgerEntry {
+        try await ledger.revoke(serial: serial, reason: reason, at: at)
+    }
+    func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.revoked(notExpiredAt: now) }
+    func nextCRLNumber() async throws(PeerCAError) -> Int64 { try await ledger.nextCRLNumber() }
+    func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry] {
+        try await ledger.revokeAccount(account, reason: reason, at: date)
+    }
+    func endedSession(account: String) async throws(PeerCAError) -> Date? { try await ledger.endedSession(account: account) }
 }

@@ -179,10 +179,11 @@ public final class SQLiteLedger: CertificateLedger {
                     DROP INDEX IF EXISTS certificates_common_name;
                     """)
             }
-            // v7: ended sessions by date, so that a server's reload every second (the ends since a
+            // v8 (a v7 was tried and dropped in the eleventh session; a file from those builds
+            // records it): ended sessions by date, so that a server's reload every second (the ends since a
             // little before its previous one) reads what changed instead of the table: with a
             // million ends in the horizon, an idle `serve` spent 0.6 of a core on whole reads.
-            migrator.registerMigration("v7") { db in
+            migrator.registerMigration("v8") { db in
                 try db.execute(sql: "CREATE INDEX ended_sessions_by_date ON ended_sessions(ended_at)")
             }
             try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) { [pool] in try migrator.migrate(pool) }
@@ -363,6 +364,17 @@ public final class SQLiteLedger: CertificateLedger {
 
     private static func insert(_ record: LedgerRecord, into db: Database, with insertCertificate: Statement) throws -> Result<Void, PeerCAError> {
         let entry = record.entry
+        // A token use recorded before (a retried one-use token) is refused before anything is
+        // written. Inserting the certificate first and deleting it on refusal, as before, made
+        // SQLite check the foreign key from token_uses.serial, which has no index: a scan of every
+        // token use (102 ms at 2 M) in the writer's transaction, holding every issuance. (The
+        // writer holds the write lock: nothing can claim the use between this probe and the insert.)
+        if let use = record.use {
+            var probe = RowBinder(try db.cachedStatement(sql: "SELECT 1 FROM token_uses WHERE issuer = ? AND token_id = ?").sqliteStatement)
+            probe.text(use.issuer)
+            probe.text(use.tokenID)
+            if try probe.step(in: db) { return .failure(record.duplicate(tokenUse: true)) }
+        }
         // Bound with SQLite's own calls: GRDB's StatementArguments box every value into an
         // existential and a DatabaseValue first (≈ 2.5 µs of the ledger's ≈ 26 per certificate).
         var row = RowBinder(insertCertificate.sqliteStatement)
@@ -389,6 +401,7 @@ public final class SQLiteLedger: CertificateLedger {
             claim.text(entry.serial)
             try claim.run(in: db)
             guard db.changesCount == 1 else {
+                // Not reached (probed above, under the write lock); kept so that a use is never lost.
                 try db.cachedStatement(sql: "DELETE FROM certificates WHERE serial = ?").execute(arguments: [entry.serial])
                 return .failure(record.duplicate(tokenUse: true))
             }
@@ -444,7 +457,7 @@ public final class SQLiteLedger: CertificateLedger {
         try await select("ORDER BY issued_at DESC LIMIT ?", [max(0, limit)])
     }
 
-    /// The ended sessions from a date on (read from their date index, v7).
+    /// The ended sessions from a date on (read from their date index, v8).
     package static let endedSince = "SELECT account, ended_at FROM ended_sessions WHERE ended_at >= ?"
     /// `revoked(notExpiredAt:)`'s condition: the partial index of revoked certificates only.
     package static let revokedNotExpired = "WHERE revoked_at IS NOT NULL AND not_after > ? ORDER BY revoked_at"
@@ -733,12 +746,17 @@ private struct RowBinder {
 
     /// Steps the statement once; a failed bind or step throws SQLite's error.
     func run(in db: Database) throws {
-        var code = failure
-        if code == SQLITE_OK {
-            code = sqlite3_step(statement)
-            if code == SQLITE_DONE { code = SQLITE_OK }
-        }
-        guard code == SQLITE_OK else {
+        _ = try step(in: db)
+    }
+
+    /// Steps the statement once and tells whether it gave a row (a query); a failed bind or step
+    /// throws SQLite's error.
+    func step(in db: Database) throws -> Bool {
+        let code = failure == SQLITE_OK ? sqlite3_step(statement) : failure
+        switch code {
+        case SQLITE_DONE: return false
+        case SQLITE_ROW: return true
+        default:
             let message = db.sqliteConnection.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
             sqlite3_reset(statement)
             throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message)
