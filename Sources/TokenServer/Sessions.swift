@@ -20,8 +20,9 @@ import TokenKit
 /// overlap covers an end whose transaction committed after that reload had read (dated before
 /// it), and instances whose clocks differ; every ``fullReloadInterval``, and when the clock has
 /// gone back, a reload reads the whole horizon again and forgets ends that have left it. A whole
-/// reload that fails is followed by one of what changed, so that a store too slow for whole reads
-/// still passes on new ends; the whole one is tried again after that.
+/// reload that fails (after the first) is tried again only after another ``fullReloadInterval``,
+/// with reloads of what changed in between, so that a store too slow for whole reads still
+/// passes on new ends and is not asked for a whole read every other second.
 ///
 /// A reload that fails, or has not answered after ``overdueAfter`` (a store that hangs rather than
 /// refuses: a stopped server, a network path that drops packets), keeps the last list in use, is
@@ -34,9 +35,9 @@ final class SessionDenyList: Service, Sendable {
     let logger: Logger
     private let ended = Mutex<[String: Date]>([:])
     private let reloads = Mutex(Statistics())
-    /// When the last reload read, and the last whole one (the clock of `reload(now:)`); whether
-    /// the last whole one attempted since then failed.
-    private let read = Mutex<(last: Date, whole: Date, wholeFailed: Bool)?>(nil)
+    /// When the last reload read, and the last whole one was attempted (the clock of
+    /// `reload(now:)`).
+    private let read = Mutex<(last: Date, whole: Date)?>(nil)
 
     /// How far before the previous reload a reload reads again: longer than any transaction that
     /// ends sessions and any sane difference between instances' clocks.
@@ -91,7 +92,7 @@ final class SessionDenyList: Service, Sendable {
         let horizonStart = now.addingTimeInterval(-EndedSessions.horizon)
         let previous = read.withLock { $0 }
         var since = horizonStart, whole = true
-        if let previous, now >= previous.last, previous.wholeFailed || now.timeIntervalSince(previous.whole) < Self.fullReloadInterval {
+        if let previous, now >= previous.last, now.timeIntervalSince(previous.whole) < Self.fullReloadInterval {
             since = max(horizonStart, previous.last.addingTimeInterval(-Self.overlap))
             whole = false
         }
@@ -99,11 +100,12 @@ final class SessionDenyList: Service, Sendable {
         do {
             fresh = try await ledger.endedSessions(since: since)
         } catch {
-            if whole { read.withLock { state in state = state.map { ($0.last, $0.whole, true) } } }
+            // The whole read is tried again an interval later; a list never loaded, at once.
+            if whole { read.withLock { state in state = state.map { ($0.last, now) } } }
             throw error
         }
         reloads.withLock { $0.loadedAt = max($0.loadedAt ?? asked, asked) }
-        read.withLock { $0 = (last: now, whole: whole ? now : previous?.whole ?? now, wholeFailed: false) }
+        read.withLock { $0 = (last: now, whole: whole ? now : previous?.whole ?? now) }
         ended.withLock { list in
             for (account, date) in fresh where (list[account] ?? .distantPast) < date { list[account] = date }
             if whole { list = list.filter { $0.value >= horizonStart } }

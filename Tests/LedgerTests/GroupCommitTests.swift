@@ -279,6 +279,16 @@ struct GroupCommitTests {
                 let outcomes = try await withThrowingTaskGroup(of: Void.self) { service in
                     service.addTask { await client.run() }
                     defer { service.cancelAll() }
+                    // Every certificate deleted is counted: no refusal may delete one (PostgreSQL would
+                    // then look for its token uses, through a table with no index on `serial`).
+                    try await client.query("CREATE TABLE deleted_certificates (serial TEXT)", logger: logger)
+                    try await client.query(
+                        """
+                        CREATE FUNCTION count_deleted() RETURNS trigger LANGUAGE plpgsql AS
+                            $$ BEGIN INSERT INTO deleted_certificates VALUES (OLD.serial); RETURN OLD; END $$
+                        """, logger: logger)
+                    try await client.query(
+                        "CREATE TRIGGER count_deleted AFTER DELETE ON certificates FOR EACH ROW EXECUTE FUNCTION count_deleted()", logger: logger)
                     let before = try await transactionID()
                     let outcomes = try await client.withConnection { connection in
                         try await connection.query("BEGIN", logger: logger)
@@ -313,6 +323,9 @@ struct GroupCommitTests {
                     }
                     let used = try await transactionID() - before - 1
                     #expect(used <= 3, "the waiting batch in one transaction (and the first's): \(used)")
+                    for try await deleted in try await client.query("SELECT count(*) FROM deleted_certificates", logger: logger).decode(Int64.self) {
+                        #expect(deleted == 0, "no certificate deleted")
+                    }
                     return outcomes
                 }
                 #expect(ledger.commitStatistics.largestBatch == 40)

@@ -83,6 +83,11 @@ struct SQLiteLedgerSchemaTests {
         let queue = try DatabaseQueue(path: path)
         let pairs = try await queue.read { db in try String.fetchAll(db, sql: "SELECT common_name FROM certificate_subjects ORDER BY 1") }
         #expect(pairs == ["first"], "nothing of the refused certificate was written")
+        // The refusal was its batch's last record: its probe must not hold the writer's snapshot
+        // open past the commit. Another process writes the file; the writer still writes after it.
+        try await SQLiteLedger(path: path).record(entry("5a03", commonName: "elsewhere"), claiming: nil)
+        try await ledger.record(entry("5a04", commonName: "after"), claiming: TokenUse(issuer: "i", tokenID: "next"))
+        #expect(try await ledger.entry(serial: "5a04") != nil)
     }
 
     /// A server reloads the ended sessions every second from a little before its previous reload

@@ -184,7 +184,7 @@ public final class SQLiteLedger: CertificateLedger {
             // little before its previous one) reads what changed instead of the table: with a
             // million ends in the horizon, an idle `serve` spent 0.6 of a core on whole reads.
             migrator.registerMigration("v8") { db in
-                try db.execute(sql: "CREATE INDEX ended_sessions_by_date ON ended_sessions(ended_at)")
+                try db.execute(sql: "CREATE INDEX IF NOT EXISTS ended_sessions_by_date ON ended_sessions(ended_at)")
             }
             try SQLiteLedger.openingBesideOthers(location, configuration: configuration, until: deadline) { [pool] in try migrator.migrate(pool) }
         } catch {
@@ -373,7 +373,7 @@ public final class SQLiteLedger: CertificateLedger {
             var probe = RowBinder(try db.cachedStatement(sql: "SELECT 1 FROM token_uses WHERE issuer = ? AND token_id = ?").sqliteStatement)
             probe.text(use.issuer)
             probe.text(use.tokenID)
-            if try probe.step(in: db) { return .failure(record.duplicate(tokenUse: true)) }
+            if try probe.exists(in: db) { return .failure(record.duplicate(tokenUse: true)) }
         }
         // Bound with SQLite's own calls: GRDB's StatementArguments box every value into an
         // existential and a DatabaseValue first (≈ 2.5 µs of the ledger's ≈ 26 per certificate).
@@ -749,9 +749,17 @@ private struct RowBinder {
         _ = try step(in: db)
     }
 
-    /// Steps the statement once and tells whether it gave a row (a query); a failed bind or step
-    /// throws SQLite's error.
-    func step(in db: Database) throws -> Bool {
+    /// Whether the query gives a row. The statement is reset at once: a query left on its row
+    /// would keep the writer's read snapshot open past its commit, and once another connection
+    /// had written the file, every later write transaction would fail (`SQLITE_BUSY_SNAPSHOT`).
+    func exists(in db: Database) throws -> Bool {
+        defer { sqlite3_reset(statement) }
+        return try step(in: db)
+    }
+
+    /// Steps the statement once and tells whether it gave a row; a failed bind or step throws
+    /// SQLite's error.
+    private func step(in db: Database) throws -> Bool {
         let code = failure == SQLITE_OK ? sqlite3_step(statement) : failure
         switch code {
         case SQLITE_DONE: return false
