@@ -13,7 +13,7 @@ public import ServiceLifecycle
 /// Concurrent ``record(_:claiming:)`` calls share one transaction and one commit (group commit).
 ///
 /// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
-/// while the ledger is in use, and call ``migrate(connectionWait:)`` once it runs. Its errors are
+/// while the ledger is in use, and call ``migrate(connectionWait:lockWait:)`` once it runs. Its errors are
 /// `PeerCAError`s; the URL's password never appears in them.
 public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
@@ -57,19 +57,35 @@ public final class PostgresLedger: CertificateLedger, Service {
     /// `provider` column, `ended_sessions`) to a ledger made before; serialised across instances
     /// by an advisory lock, and idempotent.
     ///
-    /// - Parameter connectionWait: How long to wait for a first connection to the server. The
-    ///   pool tries again and again (its log lines say why each try failed); past this a server
-    ///   that is down, refuses or never answers is an error (`PeerCAError` `.ledger`, naming
-    ///   the host and port, never the password) instead of a wait without end.
-    public func migrate(connectionWait: Duration = PostgresLedger.defaultConnectionWait) async throws(PeerCAError) {
+    /// A change the ledger does not have yet (the first start after an upgrade) locks its table,
+    /// and every instance's statements on that table queue behind the lock; so it waits at most
+    /// `lockWait` for a transaction that holds the table (a long report, an idle session left in
+    /// a transaction) and fails then, with an error that says so. Each change is whole or not
+    /// made; those made before it stay, and the next start makes the rest once that transaction
+    /// has ended. A ledger that has every change takes no such lock.
+    ///
+    /// - Parameters:
+    ///   - connectionWait: How long to wait for a first connection to the server. The pool tries
+    ///     again and again (its log lines say why each try failed); past this a server that is
+    ///     down, refuses or never answers is an error (`PeerCAError` `.ledger`, naming the host
+    ///     and port, never the password) instead of a wait without end.
+    ///   - lockWait: How long a schema change waits for its table's lock.
+    public func migrate(
+        connectionWait: Duration = PostgresLedger.defaultConnectionWait, lockWait: Duration = PostgresLedger.defaultLockWait
+    ) async throws(PeerCAError) {
         let connected = ConnectedFlag(), target = self.target
         // Past the wait, the migration is cancelled only if it has no connection yet (the pool
         // gives up a connection request when cancelled); one that has goes on.
         let unanswered = PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: cancelled before it was ready")
         let outcome: Result<Void, PeerCAError> = await TimeLimit.race(connectionWait, fallback: .failure(unanswered)) {
             do {
-                try await self.migrateOnce(connected: connected)
+                try await self.migrateOnce(connected: connected, lockWait: lockWait)
                 return .success(())
+            } catch where PostgresLedger.sqlState(error) == "55P03" {
+                return .failure(PeerCAError(
+                    .ledger,
+                    "cannot prepare the PostgreSQL ledger: a schema change waited \(lockWait) for its table, which another transaction "
+                        + "holds (pg_stat_activity shows it); start again once that transaction has ended"))
             } catch {
                 return .failure(PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: \(PostgresLedger.describe(error))"))
             }
@@ -82,8 +98,11 @@ public final class PostgresLedger: CertificateLedger, Service {
         try outcome.get()
     }
 
-    /// How long ``migrate(connectionWait:)`` waits for a first connection by default.
+    /// How long ``migrate(connectionWait:lockWait:)`` waits for a first connection by default.
     public static let defaultConnectionWait: Duration = .seconds(15)
+    /// How long a schema change of ``migrate(connectionWait:lockWait:)`` waits for its table's
+    /// lock by default.
+    public static let defaultLockWait: Duration = .seconds(10)
 
     /// Set once the migration has a connection.
     private final class ConnectedFlag: Sendable {
@@ -91,18 +110,24 @@ public final class PostgresLedger: CertificateLedger, Service {
     }
 
     /// The migration itself, once connected (its errors as PostgresNIO throws them).
-    private func migrateOnce(connected: ConnectedFlag) async throws {
+    private func migrateOnce(connected: ConnectedFlag, lockWait: Duration) async throws {
         try await client.withConnection { connection in
             connected.value.store(true, ordering: .releasing)
+            // Another instance migrating is waited for (its changes are the same); a table lock
+            // held by someone else, only for `lockWait` (set after the advisory lock, and reset
+            // before the connection goes back to the pool).
             try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
             var failure: (any Error)?
             do {
+                let milliseconds = max(1, lockWait.components.seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000)
+                try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(milliseconds)"), logger: logger)
                 for statement in PostgresLedger.schema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
             } catch {
                 failure = error
             }
+            try await connection.query("RESET lock_timeout", logger: logger)
             try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
             if let failure { throw failure }
         }
@@ -443,6 +468,11 @@ public final class PostgresLedger: CertificateLedger, Service {
                 sessionStart: full.14.map { Date(timeIntervalSince1970: $0) }, renewalOf: full.15))
         }
         return entries
+    }
+
+    /// The SQLSTATE of a server's error (`55P03`: lock not available), or nil.
+    static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError).flatMap { $0.code == .server ? $0.serverInfo?[.sqlState] : nil }
     }
 
     static func describe(_ error: any Error) -> String {

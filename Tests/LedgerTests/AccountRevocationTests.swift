@@ -2,6 +2,8 @@ import Foundation
 import Logging
 import PeerCA
 import PeerCAPostgres
+import PostgresNIO
+import Synchronization
 import TestSupport
 import Testing
 
@@ -225,6 +227,51 @@ struct LedgerUpgradeTests {
             let key = try await runDetached(
                 psql, ["-d", url, "-At", "-c", "SELECT condeferrable, condeferred FROM pg_constraint WHERE conrelid = 'token_uses'::regclass AND contype = 'f'"])
             #expect(key.status == 0 && key.out.trimmingCharacters(in: .whitespacesAndNewlines) == "t|t", "\(key.out) \(key.err)")
+        }
+    }
+
+    /// A schema change on a ledger made before waits for its table's lock only `lockWait`: with a
+    /// transaction holding the table (which every instance's statements would otherwise queue
+    /// behind), the migration fails and says why; once it has ended, the next one completes.
+    @Test func aSchemaChangeWaitsForItsTableOnlySoLong() async throws {
+        let psql = try #require(
+            (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.sorted().last
+                .map { URL(fileURLWithPath: "/usr/lib/postgresql/\($0)/bin/psql") } ?? which("psql"),
+            "psql is not installed")
+        try await withTestPostgres { url in
+            let created = try await runDetached(psql, ["-d", url, "-v", "ON_ERROR_STOP=1", "-q", "-c", Self.postgresVersion1])
+            #expect(created.status == 0, "\(created.err)")
+            let logger = Logger(label: "ledger-tests")
+            let client = try GroupCommitTests.client(url, logger: logger)
+            let ledger = try PostgresLedger(url: url, logger: logger)
+            try await withThrowingTaskGroup(of: Void.self) { services in
+                services.addTask { await client.run() }
+                services.addTask { await ledger.run() }
+                defer { services.cancelAll() }
+                try await client.withConnection { connection in
+                    try await connection.query("BEGIN", logger: logger)
+                    try await connection.query("LOCK TABLE certificates IN ACCESS SHARE MODE", logger: logger)
+                    // The holder commits after 10 s at the latest: a migration still waiting then
+                    // (no limit) would otherwise wait for this test forever.
+                    let ended = Atomic<Bool>(false)
+                    let attempt = Task { () -> PeerCAError? in
+                        defer { ended.store(true, ordering: .releasing) }
+                        do throws(PeerCAError) {
+                            try await ledger.migrate(lockWait: .milliseconds(500))
+                            return nil
+                        } catch { return error }
+                    }
+                    let refusedInTime = await eventually(within: .seconds(10)) { ended.load(ordering: .acquiring) }
+                    try await connection.query("COMMIT", logger: logger)
+                    let refused = await attempt.value
+                    #expect(refusedInTime, "refused at its limit, not after the holder")
+                    #expect(refused?.code == .ledger)
+                    #expect(refused?.message.contains("waited 0.5 seconds for its table") == true, "\(refused?.message ?? "migrated")")
+                }
+                try await ledger.migrate(lockWait: .milliseconds(500))
+                #expect(try await ledger.entry(serial: "0abc")?.commonName == "old-user")
+                #expect(try await ledger.endedSessions(since: .distantPast).isEmpty)
+            }
         }
     }
 
