@@ -102,7 +102,7 @@ public final class PostgresLedger: CertificateLedger, Service {
     public static let defaultConnectionWait: Duration = .seconds(15)
     /// How long a schema change of ``migrate(connectionWait:lockWait:)`` waits for its table's
     /// lock by default.
-    public static let defaultLockWait: Duration = .seconds(10)
+    public static let defaultLockWait: Duration = .seconds(3)
 
     /// Set once the migration has a connection.
     private final class ConnectedFlag: Sendable {
@@ -119,7 +119,9 @@ public final class PostgresLedger: CertificateLedger, Service {
             try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
             var failure: (any Error)?
             do {
-                let milliseconds = max(1, lockWait.components.seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000)
+                // Whole milliseconds, at least 1 (0 would be no limit), at most PostgreSQL's.
+                let seconds = min(max(lockWait.components.seconds, 0), Int64(Int32.max) / 1000)
+                let milliseconds = max(1, seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000)
                 try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(milliseconds)"), logger: logger)
                 for statement in PostgresLedger.schema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
@@ -127,8 +129,14 @@ public final class PostgresLedger: CertificateLedger, Service {
             } catch {
                 failure = error
             }
-            try await connection.query("RESET lock_timeout", logger: logger)
-            try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
+            // A failure of the clean-up does not hide the migration's own (after a lost
+            // connection, both would fail; the server has dropped the lock and the setting then).
+            do {
+                try await connection.query("RESET lock_timeout", logger: logger)
+                try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
+            } catch {
+                if failure == nil { throw error }
+            }
             if let failure { throw failure }
         }
     }
