@@ -1,29 +1,65 @@
 // See include/CTestProcess.h.
 //
-// Every Process.run() on Linux lists /proc/self/fd with readdir. glibc's opendir allocates the
-// DIR and its 32 KiB buffer with one malloc (sizeof(DIR) + 32768 bytes for /proc). Below malloc's
-// mmap threshold (128 KiB by default) that block lies in a heap, where the end of a thread's
-// arena can be followed by an unmapped page: Foundation's 256-byte copy of a record near the
-// buffer's end then faults (seen here: a CI run of the suite died by SIGSEGV in Process.run(),
-// `memcpy` at a page boundary, with 1,353 descriptors open). With the threshold at 32 KiB the
-// block gets a mapping of its own, rounded up to whole pages: ≈ 4 KiB past the buffer's end stay
-// mapped, more than the copy can read. Larger blocks of the test process are mapped too, which
-// only the tests pay for.
+// Every Process.run() on Linux lists /proc/self/fd with readdir, and Foundation copies
+// `d_name` whole: 256 bytes from the record's name, wherever the record ends. glibc packs records
+// by their length (24 bytes for a descriptor number), so with ≈ 1,350 descriptors open the last
+// records sit at the end of its 32 KiB buffer and the copy reads past it; when the next page is
+// not mapped the process dies (a CI run of this suite: SIGSEGV in `memcpy`, at a page boundary,
+// in Process.run(), with 1,353 descriptors open).
+//
+// The test binary defines readdir, which the dynamic linker binds Foundation's calls to (a
+// definition in the executable comes first): it calls glibc's, and when the record's name field
+// would end past the page the record starts in, returns a whole-size copy in a per-thread buffer
+// instead. (Only then: a caller that keeps a record while it reads another directory on the same
+// thread would see it overwritten; such records are rare enough, and Foundation keeps none.)
+#define _GNU_SOURCE
 #include "CTestProcess.h"
 
 #include <dirent.h>
-#include <malloc.h>
-#include <stddef.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 
-__attribute__((constructor)) static void map_directory_buffers(void) {
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024);
+typedef struct dirent *(*readdir_function)(DIR *);
+static readdir_function system_readdir;
+static _Thread_local struct dirent whole_record;
+
+__attribute__((constructor)) static void find_system_readdir(void) {
+    system_readdir = (readdir_function)dlsym(RTLD_NEXT, "readdir");
 }
 
-int tokentool_directory_buffer_is_mapped(void) {
+static int ends_past_its_page(const struct dirent *entry) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)entry;
+    uintptr_t end = (uintptr_t)entry->d_name + sizeof entry->d_name;
+    return start / page != (end - 1) / page;
+}
+
+struct dirent *readdir(DIR *directory) {
+    readdir_function next = system_readdir != NULL ? system_readdir : (readdir_function)dlsym(RTLD_NEXT, "readdir");
+    struct dirent *entry = next(directory);
+    if (entry == NULL || !ends_past_its_page(entry)) return entry;
+    size_t length = entry->d_reclen < sizeof whole_record ? entry->d_reclen : sizeof whole_record;
+    memset(&whole_record, 0, sizeof whole_record);
+    memcpy(&whole_record, entry, length);
+    return &whole_record;
+}
+
+int tokentool_readdir_copies_records_at_page_ends(void) {
+    // With a few hundred descriptors open, /proc/self/fd's records cross page ends: each such
+    // record must come back as a copy.
     DIR *directory = opendir("/proc/self/fd");
     if (directory == NULL) return 0;
-    // glibc's chunk header: the size word before the block, its bit 1 set for a mapped chunk.
-    size_t size = ((const size_t *)(const void *)directory)[-1];
+    int copied = 0, seen = 0;
+    struct dirent *entry;
+    while ((entry = readdir(directory)) != NULL) {
+        seen = 1;
+        if (entry == &whole_record) copied = 1;
+        if (entry != &whole_record && ends_past_its_page(entry)) { closedir(directory); return 0; }
+    }
     closedir(directory);
-    return (size & 2) != 0;
+    // Foundation's call goes to this definition, not straight to glibc's: the address the dynamic
+    // linker gives for "readdir" is this function's.
+    return seen && copied && dlsym(RTLD_DEFAULT, "readdir") == (void *)readdir;
 }
