@@ -346,38 +346,49 @@ public final class SQLiteLedger: CertificateLedger {
         results.reserveCapacity(batch.count)
         try db.inTransaction(.immediate) {
             // Cached statements: parsed once per connection, looked up once per batch.
-            let insertCertificate = try db.cachedStatement(
-                sql: """
-                    INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
-                        not_before, not_after, issued_at, der, provider, session_start, renewal_of)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-                    """)
+            let statements = BatchStatements(
+                insertCertificate: try db.cachedStatement(
+                    sql: """
+                        INSERT INTO certificates (serial, subject, common_name, token_issuer, token_subject, token_id, key_fingerprint,
+                            not_before, not_after, issued_at, der, provider, session_start, renewal_of)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+                        """),
+                findUse: try db.cachedStatement(sql: "SELECT 1 FROM token_uses WHERE issuer = ? AND token_id = ?"),
+                insertUse: try db.cachedStatement(sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?)"))
             // SQLite's copies of the last record's values (its DER) are not kept past the batch.
-            defer { sqlite3_clear_bindings(insertCertificate.sqliteStatement) }
+            defer { sqlite3_clear_bindings(statements.insertCertificate.sqliteStatement) }
             for record in batch {
-                results.append(try insert(record, into: db, with: insertCertificate))
+                results.append(try insert(record, into: db, with: statements))
             }
             return .commit
         }
         return results
     }
 
-    private static func insert(_ record: LedgerRecord, into db: Database, with insertCertificate: Statement) throws -> Result<Void, PeerCAError> {
+    /// The statements a batch writes its records with.
+    private struct BatchStatements {
+        let insertCertificate: Statement
+        let findUse: Statement
+        let insertUse: Statement
+    }
+
+    private static func insert(_ record: LedgerRecord, into db: Database, with statements: BatchStatements) throws -> Result<Void, PeerCAError> {
         let entry = record.entry
         // A token use recorded before (a retried one-use token) is refused before anything is
         // written. Inserting the certificate first and deleting it on refusal, as before, made
         // SQLite check the foreign key from token_uses.serial, which has no index: a scan of every
-        // token use (102 ms at 2 M) in the writer's transaction, holding every issuance. (The
-        // writer holds the write lock: nothing can claim the use between this probe and the insert.)
+        // token use (102 ms at 2 M) in the writer's transaction, holding every issuance. The
+        // writer holds the write lock, so nothing can claim the use between this probe and the
+        // insert below (a use twice in one batch: the second probe finds the first).
         if let use = record.use {
-            var probe = RowBinder(try db.cachedStatement(sql: "SELECT 1 FROM token_uses WHERE issuer = ? AND token_id = ?").sqliteStatement)
+            var probe = RowBinder(statements.findUse.sqliteStatement)
             probe.text(use.issuer)
             probe.text(use.tokenID)
             if try probe.exists(in: db) { return .failure(record.duplicate(tokenUse: true)) }
         }
         // Bound with SQLite's own calls: GRDB's StatementArguments box every value into an
         // existential and a DatabaseValue first (≈ 2.5 µs of the ledger's ≈ 26 per certificate).
-        var row = RowBinder(insertCertificate.sqliteStatement)
+        var row = RowBinder(statements.insertCertificate.sqliteStatement)
         row.text(entry.serial)
         row.text(entry.subject)
         row.text(entry.commonName)
@@ -395,16 +406,11 @@ public final class SQLiteLedger: CertificateLedger {
         try row.run(in: db)
         guard db.changesCount == 1 else { return .failure(record.duplicate(tokenUse: false)) }
         if let use = record.use {
-            var claim = RowBinder(try db.cachedStatement(sql: "INSERT INTO token_uses (issuer, token_id, serial) VALUES (?, ?, ?) ON CONFLICT DO NOTHING").sqliteStatement)
+            var claim = RowBinder(statements.insertUse.sqliteStatement)
             claim.text(use.issuer)
             claim.text(use.tokenID)
             claim.text(entry.serial)
             try claim.run(in: db)
-            guard db.changesCount == 1 else {
-                // Not reached (probed above, under the write lock); kept so that a use is never lost.
-                try db.cachedStatement(sql: "DELETE FROM certificates WHERE serial = ?").execute(arguments: [entry.serial])
-                return .failure(record.duplicate(tokenUse: true))
-            }
         }
         // (The trigger certificate_subjects_pair has recorded the account's SPIFFE ID, once.)
         return .success(())
