@@ -120,8 +120,7 @@ public final class PostgresLedger: CertificateLedger, Service {
             var failure: (any Error)?
             do {
                 // Whole milliseconds, at least 1 (0 would be no limit), at most PostgreSQL's.
-                let seconds = min(max(lockWait.components.seconds, 0), Int64(Int32.max) / 1000)
-                let milliseconds = max(1, seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000)
+                let milliseconds = Int64(min(max(lockWait / .milliseconds(1), 1), Double(Int32.max)))
                 try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(milliseconds)"), logger: logger)
                 for statement in PostgresLedger.schema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
@@ -253,10 +252,10 @@ public final class PostgresLedger: CertificateLedger, Service {
                 // Rows in key order: two instances' batches that share keys (a token raced on both)
                 // wait for each other in one order, never in a cycle (a deadlock would fail both).
                 var uses = Set<String>()
-                let claiming = records.filter { $0.use != nil }
-                    .sorted { ($0.use?.issuer ?? "", $0.use?.tokenID ?? "") < ($1.use?.issuer ?? "", $1.use?.tokenID ?? "") }
-                if !claiming.isEmpty {
-                    for try await serial in try await connection.query(PostgresLedger.usesInsert(claiming), logger: logger).decode(String.self) {
+                let claims = records.compactMap { record in record.use.map { (use: $0, serial: record.entry.serial) } }
+                    .sorted { ($0.use.issuer, $0.use.tokenID) < ($1.use.issuer, $1.use.tokenID) }
+                if !claims.isEmpty {
+                    for try await serial in try await connection.query(PostgresLedger.usesInsert(claims), logger: logger).decode(String.self) {
                         uses.insert(serial)
                     }
                 }
@@ -322,17 +321,16 @@ public final class PostgresLedger: CertificateLedger, Service {
             binds: bindings)
     }
 
-    /// The INSERT of the token uses `batch`'s records claim (each must have one); a use recorded
-    /// before, or twice in the batch, is skipped, and the serials of the uses written are returned.
-    static func usesInsert(_ batch: [LedgerRecord]) -> PostgresQuery {
-        var bindings = PostgresBindings(capacity: batch.count * 3)
+    /// The INSERT of token uses, each for its certificate's serial; a use recorded before, or
+    /// twice in `claims`, is skipped, and the serials of the uses written are returned.
+    static func usesInsert(_ claims: [(use: TokenUse, serial: String)]) -> PostgresQuery {
+        var bindings = PostgresBindings(capacity: claims.count * 3)
         var rows: [String] = []
-        for record in batch {
-            guard let use = record.use else { continue }
+        for (use, serial) in claims {
             let first = bindings.count
             bindings.append(use.issuer)
             bindings.append(use.tokenID)
-            bindings.append(record.entry.serial)
+            bindings.append(serial)
             rows.append("($\(first + 1), $\(first + 2), $\(first + 3))")
         }
         return PostgresQuery(
