@@ -190,13 +190,7 @@ struct LedgerUpgradeTests {
     /// A PostgreSQL ledger with the first schema (as `migrate()` made it before) gains the column
     /// and the table on the next `migrate()`, from two instances at once.
     @Test func aVersion1PostgresLedgerMigrates() async throws {
-        let psql = try #require(
-            (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.sorted().last
-                .map { URL(fileURLWithPath: "/usr/lib/postgresql/\($0)/bin/psql") } ?? which("psql"),
-            "psql is not installed")
-        try await withTestPostgres { url in
-            let created = try await runDetached(psql, ["-d", url, "-v", "ON_ERROR_STOP=1", "-q", "-c", Self.postgresVersion1])
-            #expect(created.status == 0, "\(created.err)")
+        try await Self.withVersion1Postgres { url, psql in
             let location = LedgerLocation.postgres(url: url)
             let logger = Logger(label: "ledger-tests")
             try await LedgerStore.with(location, logger: logger) { first in
@@ -234,13 +228,7 @@ struct LedgerUpgradeTests {
     /// transaction holding the table (which every instance's statements would otherwise queue
     /// behind), the migration fails and says why; once it has ended, the next one completes.
     @Test func aSchemaChangeWaitsForItsTableOnlySoLong() async throws {
-        let psql = try #require(
-            (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.sorted().last
-                .map { URL(fileURLWithPath: "/usr/lib/postgresql/\($0)/bin/psql") } ?? which("psql"),
-            "psql is not installed")
-        try await withTestPostgres { url in
-            let created = try await runDetached(psql, ["-d", url, "-v", "ON_ERROR_STOP=1", "-q", "-c", Self.postgresVersion1])
-            #expect(created.status == 0, "\(created.err)")
+        try await Self.withVersion1Postgres { url, _ in
             let logger = Logger(label: "ledger-tests")
             let client = try GroupCommitTests.client(url, logger: logger)
             let ledger = try PostgresLedger(url: url, logger: logger)
@@ -272,6 +260,20 @@ struct LedgerUpgradeTests {
                 #expect(try await ledger.entry(serial: "0abc")?.commonName == "old-user")
                 #expect(try await ledger.endedSessions(since: .distantPast).isEmpty)
             }
+        }
+    }
+
+    /// Runs `body` with a test PostgreSQL server's URL whose database has the first schema
+    /// (``postgresVersion1``), and the `psql` that made it.
+    static func withVersion1Postgres(_ body: (String, URL) async throws -> Void) async throws {
+        let psql = try #require(
+            (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.sorted().last
+                .map { URL(fileURLWithPath: "/usr/lib/postgresql/\($0)/bin/psql") } ?? which("psql"),
+            "psql is not installed")
+        try await withTestPostgres { url in
+            let created = try await runDetached(psql, ["-d", url, "-v", "ON_ERROR_STOP=1", "-q", "-c", postgresVersion1])
+            #expect(created.status == 0, "\(created.err)")
+            try await body(url, psql)
         }
     }
 
