@@ -195,6 +195,10 @@ public final class PostgresLedger: CertificateLedger, Service {
         // Ended sessions by date: a server's reload every second reads the ends since a little
         // before its previous one, not the whole table.
         index("ended_sessions_by_date", on: "ended_sessions(ended_at)"),
+        // The latest certificates (`tokentool ca list`) without sorting the table. Issue times
+        // grow, so each new entry goes to the index's last page. Built on the first start after
+        // the upgrade, holding the table's writes for that long.
+        index("certificates_by_issue", on: "certificates(issued_at)"),
     ]
 
     /// Creates the index `name` when it does not exist. Looked up first: CREATE INDEX takes its
@@ -350,9 +354,14 @@ public final class PostgresLedger: CertificateLedger, Service {
         try await select("WHERE subject = $1 OR common_name = $1 ORDER BY issued_at DESC", [subject])
     }
 
+    /// The `limit` certificates issued last, the latest first: read backwards from the index
+    /// of issue times (`certificates_by_issue`), not by sorting the table.
     public func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry] {
-        try await select("ORDER BY issued_at DESC LIMIT \(max(0, limit))", [])
+        try await select(PostgresLedger.latestIssued, [max(0, limit)])
     }
+
+    /// `recent(limit:)`'s order and limit.
+    package static let latestIssued = "ORDER BY issued_at DESC LIMIT $1"
 
     public func revoke(serial: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> LedgerEntry {
         let serial = serial.lowercased()

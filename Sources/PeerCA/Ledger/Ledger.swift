@@ -129,7 +129,9 @@ public protocol CertificateLedger: Sendable {
     func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry?
     /// Certificates whose SPIFFE ID or CN equals `subject`, newest first.
     func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry]
-    /// The newest certificates, at most `limit`.
+    /// The newest certificates, at most `limit`, the latest first, read without sorting the
+    /// whole ledger: ``SQLiteLedger`` in the order it recorded them, PostgreSQL by issue time
+    /// (the same order unless the clock was set back).
     func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry]
     /// Marks a certificate revoked (a second revocation keeps the first date and reason) and
     /// returns it; ``PeerCAError/Code/notFound`` for an unknown serial.
