@@ -34,6 +34,9 @@ public struct KeySourceError: Error, Sendable, Hashable, CustomStringConvertible
         /// The document holds no key that can verify tokens, or the key is of the wrong type or
         /// too weak (a PDA key must be RSA of at least 2048 bits).
         public static let unusableKey = Code(rawValue: "unusable_key")
+        /// The fetcher's configuration cannot be used: a timeout that is not more than zero or
+        /// is longer than a day, or a body cap that is not more than zero.
+        public static let invalidConfiguration = Code(rawValue: "invalid_configuration")
         /// The key fetcher was shut down.
         public static let shutDown = Code(rawValue: "shut_down")
         /// Fetched keys were described but no ``RemoteKeyStore`` was given to fetch them with.

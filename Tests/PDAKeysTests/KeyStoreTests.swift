@@ -276,6 +276,29 @@ struct KeyStoreTests {
         #expect(throws: KeySourceError.self) { _ = try HTTPKeyFetcher(configuration: configuration) }
     }
 
+    /// Timeouts and a body cap a fetcher cannot use are a typed error at creation, which names
+    /// the setting: a timeout too long for nanoseconds in an Int64 trapped before, on the overflow.
+    @Test func unusableSettingsAreRefusedAtCreation() async throws {
+        let bad: [(String, (inout KeyFetchConfiguration) -> Void)] = [
+            ("totalTimeout", { $0.totalTimeout = .seconds(Int64.max) }),
+            ("totalTimeout", { $0.totalTimeout = .zero }),
+            ("connectTimeout", { $0.connectTimeout = .seconds(-1) }),
+            ("connectTimeout", { $0.connectTimeout = .seconds(86_401) }),
+            ("maxBodyBytes", { $0.maxBodyBytes = 0 }),
+        ]
+        for (name, change) in bad {
+            var configuration = KeyFetchConfiguration()
+            change(&configuration)
+            let error = #expect(throws: KeySourceError.self) { _ = try HTTPKeyFetcher(configuration: configuration) }
+            #expect(error?.code == .invalidConfiguration)
+            #expect(error?.message.hasPrefix(name) == true, "\(String(describing: error))")
+        }
+        var longest = KeyFetchConfiguration()
+        longest.totalTimeout = KeyFetchConfiguration.longestTimeout
+        longest.connectTimeout = .milliseconds(1)
+        await (try HTTPKeyFetcher(configuration: longest)).shutdown()
+    }
+
     @Test func allowListsAreValidated() throws {
         #expect(throws: KeySourceError.self) { _ = try IssuerAllowList(suffixes: []) }
         #expect(throws: KeySourceError.self) { _ = try IssuerAllowList(suffixes: ["net"]) }

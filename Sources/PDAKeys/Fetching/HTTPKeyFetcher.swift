@@ -22,6 +22,8 @@ public struct KeyFetchConfiguration: Sendable, Hashable {
     public var connectTimeout: Duration = .seconds(5)
     /// Time allowed for the whole request, body included. Default 10 s.
     public var totalTimeout: Duration = .seconds(10)
+    /// The longest either timeout may be (``HTTPKeyFetcher`` refuses more): a day.
+    public static let longestTimeout: Duration = .seconds(86_400)
     /// Largest accepted response body. Default 64 KiB.
     public var maxBodyBytes: Int = 64 * 1024
     /// Allow `http://` URLs whose host is `localhost`, `127.x.x.x` or `::1` (tests, sidecars).
@@ -48,7 +50,18 @@ public final class HTTPKeyFetcher: Sendable {
     public let configuration: KeyFetchConfiguration
     private let client: HTTPClient
 
+    /// Throws ``KeySourceError/Code/invalidConfiguration`` for a timeout that is not more than
+    /// zero or is longer than a day (``KeyFetchConfiguration/connectTimeout``,
+    /// ``KeyFetchConfiguration/totalTimeout``) or a body cap that is not more than zero, and
+    /// ``KeySourceError/Code/connection`` for trust roots that cannot be read.
     public init(configuration: KeyFetchConfiguration = KeyFetchConfiguration()) throws(KeySourceError) {
+        for (name, timeout) in [("connectTimeout", configuration.connectTimeout), ("totalTimeout", configuration.totalTimeout)]
+        where !(timeout > .zero && timeout <= KeyFetchConfiguration.longestTimeout) {
+            throw KeySourceError(.invalidConfiguration, "\(name) must be more than 0 and at most a day, not \(timeout)")
+        }
+        guard configuration.maxBodyBytes > 0 else {
+            throw KeySourceError(.invalidConfiguration, "maxBodyBytes must be more than 0, not \(configuration.maxBodyBytes)")
+        }
         self.configuration = configuration
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.minimumTLSVersion = .tlsv12
@@ -71,7 +84,7 @@ public final class HTTPKeyFetcher: Sendable {
         var http = HTTPClient.Configuration(
             tlsConfiguration: tls,
             redirectConfiguration: .disallow,
-            timeout: .init(connect: HTTPKeyFetcher.timeAmount(configuration.connectTimeout), read: HTTPKeyFetcher.timeAmount(configuration.totalTimeout)),
+            timeout: .init(connect: TimeAmount(configuration.connectTimeout), read: TimeAmount(configuration.totalTimeout)),
             decompression: .disabled)
         http.dnsOverride = configuration.hostOverrides
         http.httpVersion = .http1Only
@@ -120,7 +133,7 @@ public final class HTTPKeyFetcher: Sendable {
         request.headers.add(name: "User-Agent", value: configuration.userAgent)
         let limit = configuration.maxBodyBytes
         do {
-            let response = try await client.execute(request, timeout: HTTPKeyFetcher.timeAmount(configuration.totalTimeout))
+            let response = try await client.execute(request, timeout: TimeAmount(configuration.totalTimeout))
             guard response.status == .ok else {
                 let location = response.headers.first(name: "Location").map { " to \(IssuerAllowList.printable($0))" } ?? ""
                 throw KeySourceError(.httpStatus, "\(checked) answered \(response.status.code)\(location)\((300..<400).contains(response.status.code) ? " (redirects are not followed)" : "")")
@@ -184,10 +197,6 @@ public final class HTTPKeyFetcher: Sendable {
         return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { part in UInt8(part) != nil }
     }
 
-    static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
 
     // MARK: Sources
 

@@ -87,7 +87,7 @@ final class OpenWebSSO: Sendable {
 
     init(settings: Settings) {
         self.settings = settings
-        let amount = OpenWebSSO.timeAmount(settings.timeout)
+        let amount = TimeAmount(settings.timeout)
         var configuration = HTTPClient.Configuration(
             tlsConfiguration: settings.tls, redirectConfiguration: .disallow, timeout: .init(connect: amount, read: amount), decompression: .disabled)
         configuration.httpVersion = .http1Only
@@ -153,7 +153,7 @@ final class OpenWebSSO: Sendable {
         request.headers.add(name: "User-Agent", value: "tokentool-openweb/1")
         let limit = Self.maxResponseBytes
         do {
-            let response = try await client.execute(request, timeout: Self.timeAmount(settings.timeout))
+            let response = try await client.execute(request, timeout: TimeAmount(settings.timeout))
             let status = Int(response.status.code)
             if let length = response.headers.first(name: "Content-Length").flatMap(Int.init), length > limit {
                 return .refused(status: status, reason: "its answer has \(length) bytes; at most \(limit) are read", excerpt: "")
@@ -250,10 +250,5 @@ final class OpenWebSSO: Sendable {
             }
         }
         return out
-    }
-
-    static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
