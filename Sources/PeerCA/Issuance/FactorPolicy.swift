@@ -47,8 +47,14 @@ public struct FactorPolicy: Sendable, Hashable, Codable {
             }
             let age = now.timeIntervalSince(latest)
             guard age <= maximumSignInAge else {
-                throw PeerCAError(.signInTooOld, "the latest sign-in was \(Int(age)) s ago; at most \(Int(maximumSignInAge)) s is accepted")
+                throw PeerCAError(.signInTooOld, "the latest sign-in was \(Self.wholeSeconds(age)) s ago; at most \(Self.wholeSeconds(maximumSignInAge)) s is accepted")
             }
         }
+    }
+
+    /// Seconds as a whole number for a message; a value no `Int` holds (a limit of NaN or 1e300
+    /// set in code) as it is, instead of trapping in the conversion.
+    static func wholeSeconds(_ seconds: Double) -> String {
+        Int(exactly: seconds.rounded(.towardZero)).map(String.init) ?? "\(seconds)"
     }
 }

@@ -75,7 +75,19 @@ public struct IssuancePolicy: Sendable {
         guard account.utf8.count <= 64 else {
             throw PeerCAError(.policyViolation, "the account UID \"\(String(account.prefix(40)))…\" is longer than 64 bytes (it becomes the CN)")
         }
-        let authTime = payload["auth_time"]?.doubleValue.map { Date(timeIntervalSince1970: $0) } ?? token.claims.issuedAtDate
+        // OIDC's auth_time is a NumericDate, range-checked like exp, nbf and iat: one out of range
+        // made the sign-in age unprintable (a trap), and a malformed one is not replaced by `iat`
+        // (later than the sign-in: a stale sign-in would pass an age limit). `null` is none.
+        let authTime: Date?
+        if let value = payload["auth_time"], value != .null {
+            guard let seconds = value.doubleValue, seconds.isFinite, seconds >= 0, seconds <= RegisteredClaims.maximumDate else {
+                throw PeerCAError(
+                    .policyViolation, "\"auth_time\" must be a NumericDate: a JSON number of seconds from 0 to \(Int(RegisteredClaims.maximumDate))")
+            }
+            authTime = Date(timeIntervalSince1970: seconds)
+        } else {
+            authTime = token.claims.issuedAtDate
+        }
         var factors: [AuthenticationFactor] = []
         if case .array(let methods)? = payload["amr"] {
             for method in methods {
@@ -96,7 +108,9 @@ public struct IssuancePolicy: Sendable {
                 throw PeerCAError(.policyViolation, "the token says nothing about when the user signed in (auth_time or iat)")
             }
             guard now.timeIntervalSince(latest) <= maximumSignInAge else {
-                throw PeerCAError(.policyViolation, "the latest sign-in was \(Int(now.timeIntervalSince(latest))) s ago; at most \(Int(maximumSignInAge)) s is accepted")
+                throw PeerCAError(
+                    .policyViolation,
+                    "the latest sign-in was \(FactorPolicy.wholeSeconds(now.timeIntervalSince(latest))) s ago; at most \(FactorPolicy.wholeSeconds(maximumSignInAge)) s is accepted")
             }
         }
         var permissions = defaultPermissions
