@@ -10,6 +10,27 @@ struct CACLITests {
         try run(tokentoolExecutable, args, cwd: cwd)
     }
 
+    /// A certificate past its notAfter is listed as expired, in the text and in the JSON alike
+    /// (the JSON said "valid" for it before).
+    @Test func anExpiredCertificateIsListedAsExpired() async throws {
+        let openssl = try OpenSSL()
+        func tool(_ args: [String]) throws -> (status: Int32, out: String, err: String) { try tokentool(args, cwd: openssl.dir) }
+        #expect(try tool(["ca", "init", "--dir", "ca", "--app-id", "my-app"]).status == 0)
+        #expect(try tool(["keygen", "ec", "--out", "idp.key", "--public-out", "idp.pub"]).status == 0)
+        let token = try tool(["sign", "--key", "idp.key", "--iss", "https://idp.example/", "--sub", "user-42", "--expires-in", "600"])
+        try openssl.write("token.jwt", token.out)
+        try openssl.write("device.csr", try tool(["csr", "--key-type", "p256", "--out", "device.key"]).out)
+        let issued = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "--validity", "1", "token.jwt"])
+        #expect(issued.status == 0, "\(issued.err)")
+        let fresh = try JSONSerialization.jsonObject(with: Data(try tool(["ca", "list", "--dir", "ca", "--json"]).out.utf8)) as? [[String: Any]]
+        #expect(fresh?.first?["status"] as? String == "valid")
+        let notAfter = try #require((fresh?.first?["notAfter"] as? String).flatMap { try? Date($0, strategy: .iso8601) })
+        try await Task.sleep(for: .seconds(max(0, notAfter.timeIntervalSinceNow) + 1.1))
+        let expired = try JSONSerialization.jsonObject(with: Data(try tool(["ca", "list", "--dir", "ca", "--json"]).out.utf8)) as? [[String: Any]]
+        #expect(expired?.first?["status"] as? String == "expired", "\(String(describing: expired))")
+        #expect(try tool(["ca", "list", "--dir", "ca"]).out.contains("  expired  until "))
+    }
+
     @Test func theWholeFlowFromTheCommandLine() throws {
         let openssl = try OpenSSL()
         let dir = openssl.dir

@@ -36,13 +36,14 @@ struct CAList: AsyncParsableCommand {
         let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
         }
+        let now = Date()
         if json {
             Output.json(.array(entries.prefix(limit).map { entry in
                 var object: [String: JSONValue] = [
                     "serial": .string(entry.serial), "subject": .string(entry.subject), "commonName": .string(entry.commonName),
                     "tokenIssuer": .string(entry.tokenIssuer), "tokenSubject": .string(entry.tokenSubject),
                     "keyFingerprint": .string(entry.keyFingerprint), "notBefore": .string(ISO8601Text.string(entry.notBefore)),
-                    "notAfter": .string(ISO8601Text.string(entry.notAfter)), "status": .string("valid"),
+                    "notAfter": .string(ISO8601Text.string(entry.notAfter)), "status": .string(entry.notAfter < now ? "expired" : "valid"),
                 ]
                 if let id = entry.tokenID { object["tokenID"] = .string(id) }
                 if case .revoked(let at, let reason) = entry.status {
@@ -57,7 +58,7 @@ struct CAList: AsyncParsableCommand {
         for entry in entries.prefix(limit) {
             let status: String
             switch entry.status {
-            case .valid: status = entry.notAfter < Date() ? "expired" : "valid"
+            case .valid: status = entry.notAfter < now ? "expired" : "valid"
             case .revoked(_, let reason): status = "revoked(\(reason.name))"
             }
             print("\(entry.serial)  \(status)  until \(ISO8601Text.string(entry.notAfter))  \(entry.subject)")
