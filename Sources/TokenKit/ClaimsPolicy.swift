@@ -59,24 +59,26 @@ public struct ClaimsPolicy: Sendable {
                 throw TokenError(.typeMismatch, "header typ is \(header.type.map { "\"\(JSONParser.printable($0))\"" } ?? "absent"); \"\(expectedType)\" is required")
             }
         }
+        // Each comparison is written so that a NaN (a leeway, maxAge or clock of NaN) refuses:
+        // every comparison with NaN is false, and `now >= exp + leeway` passed an expired token.
         if let exp = claims.expiration {
-            if now >= exp + leeway {
+            if !(now < exp + leeway) {
                 throw TokenError(.expired, "the token expired at \(ClaimsPolicy.format(exp)) (\(ClaimsPolicy.seconds(now - exp)) s ago; leeway \(ClaimsPolicy.seconds(leeway)) s)")
             }
         } else if requireExpiration {
             throw TokenError(.missingClaim, "the token has no \"exp\" and this verifier requires one")
         }
-        if let nbf = claims.notBefore, now + leeway < nbf {
+        if let nbf = claims.notBefore, !(now + leeway >= nbf) {
             throw TokenError(.notYetValid, "the token is not valid before \(ClaimsPolicy.format(nbf)) (\(ClaimsPolicy.seconds(nbf - now)) s from now)")
         }
-        if let iat = claims.issuedAt, iat > now + leeway {
+        if let iat = claims.issuedAt, !(iat <= now + leeway) {
             throw TokenError(.issuedInFuture, "the token claims to be issued at \(ClaimsPolicy.format(iat)), \(ClaimsPolicy.seconds(iat - now)) s in the future")
         }
         if let maxAge {
             guard let iat = claims.issuedAt else {
                 throw TokenError(.missingClaim, "the token has no \"iat\" and this verifier limits token age")
             }
-            if now - iat > maxAge + leeway {
+            if !(now - iat <= maxAge + leeway) {
                 throw TokenError(.tooOld, "the token was issued \(ClaimsPolicy.seconds(now - iat)) s ago; at most \(ClaimsPolicy.seconds(maxAge)) s is accepted")
             }
         }

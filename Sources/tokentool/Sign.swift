@@ -63,6 +63,9 @@ struct Sign: ParsableCommand {
     func validate() throws {
         if (key == nil) == (secretFile == nil) { throw ValidationError("give exactly one of --key FILE or --secret-file FILE") }
         if claims != nil && claimsFile != nil { throw ValidationError("give --claims or --claims-file, not both") }
+        // Further than a NumericDate reaches, "exp" could not be verified (and now + it overflowed).
+        let span = Int(RegisteredClaims.maximumDate)
+        guard (-span...span).contains(expiresIn) else { throw ValidationError("--expires-in must be from -\(span) to \(span) seconds") }
     }
 
     func run() throws {

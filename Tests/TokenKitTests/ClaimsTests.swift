@@ -89,6 +89,21 @@ struct ClaimsTests {
         #expect(verdict(try token(["exp": exp]), policy) == .missingClaim)
     }
 
+    /// A NaN leeway, maximum age or clock refuses: every comparison with NaN is false, and the
+    /// checks were written so that false passed (an expired token was valid with a leeway of NaN).
+    @Test func aNaNInThePolicyOrTheClockRefuses() throws {
+        let exp: JSONValue = .integer(Int(t) - 3600)
+        let expired = try token(["exp": exp])
+        #expect(verdict(expired, ClaimsPolicy(leeway: .nan)) == .expired)
+        #expect(verdict(expired, at: .nan) == .expired)
+        let fresh: JSONValue = .integer(Int(t) + 3600)
+        #expect(verdict(try token(["exp": fresh, "nbf": .integer(Int(t) + 120)]), ClaimsPolicy(requireExpiration: false, leeway: .nan)) == .expired)
+        #expect(verdict(try token(["nbf": .integer(Int(t) + 120)]), ClaimsPolicy(requireExpiration: false, leeway: .nan)) == .notYetValid)
+        #expect(verdict(try token(["iat": .integer(Int(t) + 120)]), ClaimsPolicy(requireExpiration: false, leeway: .nan)) == .issuedInFuture)
+        #expect(verdict(try token(["exp": fresh, "iat": .integer(Int(t) - 10)]), ClaimsPolicy(maxAge: .nan)) == .tooOld)
+        #expect(verdict(try token(["exp": fresh, "iat": .integer(Int(t) - 10)]), ClaimsPolicy(maxAge: 60)) == nil)
+    }
+
     @Test func issuer() throws {
         let exp: JSONValue = .integer(Int(t) + 3600)
         let policy = ClaimsPolicy(issuers: ["a.hubat.net", "b.hubat.net"])

@@ -68,6 +68,22 @@ struct CLITests {
         #expect(try tokentool(["verify", expired]).status == 2)  // no key: usage error
         #expect(try tokentool(["verify", "--key", "/nonexistent/key.pem", expired]).status == 2)
         #expect(try tokentool(["verify", "--key", pub, "--alg", "XS256", expired]).status == 2)
+        // Times and limits that are not numbers of seconds are usage errors (a NaN leeway, age or
+        // time passed an expired token; an --expires-in past Int's range trapped in sign; a
+        // negative --limit trapped in ca list).
+        for bad in [["--leeway", "nan"], ["--leeway", "inf"], ["--leeway=-1"], ["--max-age", "nan"], ["--at", "nan"], ["--at", "1e300"], ["--at=-5"]] {
+            let refused = try tokentool(["verify", "--key", pub] + bad + [expired])
+            #expect(refused.status == 2 && refused.err.contains(bad[0].split(separator: "=")[0]), "\(bad): \(refused.status) \(refused.err)")
+        }
+        let secret = try temporaryDirectory().appendingPathComponent("s.bin")
+        FileManager.default.createFile(atPath: secret.path, contents: Data(repeating: 7, count: 32), attributes: [.posixPermissions: 0o600])
+        for expiresIn in ["9223372036854775807", "-253402300800"] {
+            let refused = try tokentool(["sign", "--secret-file", secret.path, "--expires-in", expiresIn])
+            #expect(refused.status == 2 && refused.err.contains("--expires-in must be from"), "\(expiresIn): \(refused.err)")
+        }
+        #expect(try tokentool(["sign", "--secret-file", secret.path, "--expires-in", "-60"]).status == 0)
+        let limit = try tokentool(["ca", "list", "--dir", secret.deletingLastPathComponent().path, "--limit=-1"])
+        #expect(limit.status == 2 && limit.err.contains("--limit must be 0 or more"), "\(limit.err)")
         // Neither a file nor shaped like a token: a usage error ("no such file"), not an invalid token.
         #expect(try tokentool(["verify", "--key", pub, "not-a-token"]).status == 2)
         #expect(try tokentool(["verify", "--key", pub, "not.a.token"]).status == 1)

@@ -32,6 +32,10 @@ struct CAList: AsyncParsableCommand {
 
     @OptionGroup(title: "Ledger") var store: StoreOption
 
+    func validate() throws {
+        guard limit >= 0 else { throw ValidationError("--limit must be 0 or more") }
+    }
+
     func run() async throws {
         let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
