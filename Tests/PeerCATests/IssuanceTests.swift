@@ -183,6 +183,21 @@ struct IssuanceTests {
         #expect(refused?.message.hasSuffix("at most nan s is accepted") == true, "\(String(describing: refused))")
     }
 
+    /// A renewal's maximum session age must be a positive number of seconds: NaN made the end
+    /// of the session NaN (and its refusal trapped printing it), infinity no end at all.
+    @Test func aRenewalNeedsAPositiveSessionAge() async throws {
+        let openssl = try OpenSSL()
+        let csr = try ValidatedCSR(try openssl.csr("p256", name: "d"))
+        let test = try TestCA()
+        let issued = try await test.ca.issue(token: try Tokens.verified(Tokens.claims()), csr: csr)
+        let current = try #require(try await test.ca.ledger.entry(serial: issued.serial))
+        for age in [TimeInterval.nan, .infinity, 0, -60] {
+            let error = await #expect(throws: PeerCAError.self, "\(age)") { _ = try await test.ca.renew(current, csr: csr, maximumSessionAge: age) }
+            #expect(error?.code == .invalidSettings)
+        }
+        #expect(try await test.ca.renew(current, csr: csr, maximumSessionAge: 3600).identity.accountUID == issued.identity.accountUID)
+    }
+
     /// The reply that hands a certificate over, written straight to bytes, is the text of the same
     /// members as a JSONValue (sorted, compact), for an identity with every optional member and
     /// for one with none; its identity is `PeerIdentity.jsonValue`.

@@ -207,10 +207,14 @@ public final class PeerCertificateAuthority: Sendable {
     ///
     /// Refuses a revoked or expired `current` (``PeerCAError/Code/revoked``,
     /// ``PeerCAError/Code/tokenExpired``) and a session past its limit
-    /// (``PeerCAError/Code/sessionExpired``).
+    /// (``PeerCAError/Code/sessionExpired``); a `maximumSessionAge` that is not a positive
+    /// number of seconds is ``PeerCAError/Code/invalidSettings``.
     public func renew(
         _ current: LedgerEntry, csr: ValidatedCSR, maximumSessionAge: TimeInterval, validity: TimeInterval? = nil
     ) async throws(PeerCAError) -> IssuedCertificate {
+        guard maximumSessionAge.isFinite, maximumSessionAge > 0 else {
+            throw PeerCAError(.invalidSettings, "the maximum session age must be a positive number of seconds, not \(maximumSessionAge)")
+        }
         let now = Date(timeIntervalSince1970: clock.now)
         guard current.status == .valid else { throw PeerCAError(.revoked, "certificate \(current.serial) is revoked") }
         guard current.notAfter > now else { throw PeerCAError(.tokenExpired, "certificate \(current.serial) expired at \(ISO8601Text.string(current.notAfter))") }
@@ -229,7 +233,7 @@ public final class PeerCertificateAuthority: Sendable {
         let (notBefore, notAfter) = try lifetime(now: now, until: sessionEnd, validity: validity) { () throws(PeerCAError) in
             throw PeerCAError(
                 .sessionExpired,
-                "the session began at \(ISO8601Text.string(sessionStart)) and may last \(Int(maximumSessionAge)) s; sign in again")
+                "the session began at \(ISO8601Text.string(sessionStart)) and may last \(FactorPolicy.wholeSeconds(maximumSessionAge)) s; sign in again")
         }
         return try await sign(
             identity, csr: csr, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: sessionStart,
