@@ -24,8 +24,46 @@ struct DeploymentTests {
             #expect(error?.code == .invalidSettings)
             #expect(error?.message.contains(fragment) == true, "\(error?.message ?? "")")
         }
-        let short = #expect(throws: PeerCAError.self) { _ = try CASettings(appID: "a", maximumValidity: 10).issuancePolicy() }
-        #expect(short?.code == .invalidSettings)
+        for validity in [10, .infinity, .nan] as [Double] {
+            let refused = #expect(throws: PeerCAError.self, "\(validity)") { _ = try CASettings(appID: "a", maximumValidity: validity).issuancePolicy() }
+            #expect(refused?.code == .invalidSettings)
+        }
+    }
+
+    /// Creation is all or nothing: settings that cannot be used leave no file (an infinite
+    /// maximum validity was refused only when ca.json was encoded, after the keys and
+    /// certificates were written), and a file that cannot be written removes those written
+    /// before it, and the directory the creation made, so that a retry finds nothing to refuse.
+    @Test func aCreationThatFailsLeavesNothing() throws {
+        let parent = try temporaryDirectory()
+        let dir = parent.appendingPathComponent("ca").path
+        let deployment = CADeployment(directory: dir)
+        let material = try CertificateAuthority.create(name: "Test", withIntermediate: true)
+        let infinite = #expect(throws: PeerCAError.self) {
+            try deployment.create(material, settings: CASettings(appID: "app", maximumValidity: .infinity), passphrase: nil)
+        }
+        #expect(infinite?.code == .invalidSettings)
+        #expect(!FileManager.default.fileExists(atPath: dir))
+
+        // root.pem cannot be written (a dangling link is in its place, which the check for
+        // existing files does not see): the two keys written before it go again.
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: deployment.files.rootCertificate, withDestinationPath: "/nonexistent/root.pem")
+        let blocked = #expect(throws: PeerCAError.self) { try deployment.create(material, settings: CASettings(appID: "app"), passphrase: nil) }
+        #expect(blocked?.message.contains("root.pem") == true, "\(String(describing: blocked))")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["root.pem"])
+        #expect(FileManager.default.fileExists(atPath: dir), "a directory the creation did not make stays")
+
+        try FileManager.default.removeItem(atPath: deployment.files.rootCertificate)
+        try deployment.create(material, settings: CASettings(appID: "app"), passphrase: nil)
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: dir)) == ["ca.json", "issuer.key", "issuer.pem", "root.key", "root.pem"])
+
+        // ca.json is the last file: when it cannot be written, the CA's files go too.
+        let other = CADeployment(directory: parent.appendingPathComponent("other").path)
+        try FileManager.default.createDirectory(atPath: other.directory, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: other.settingsPath, withDestinationPath: "/nonexistent/ca.json")
+        #expect(throws: PeerCAError.self) { try other.create(material, settings: CASettings(appID: "app"), passphrase: nil) }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: other.directory) == ["ca.json"])
     }
 
     @Test func createWritesKeysCertificatesAndSettingsOnce() throws {

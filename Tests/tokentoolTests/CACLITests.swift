@@ -10,6 +10,19 @@ struct CACLITests {
         try run(tokentoolExecutable, args, cwd: cwd)
     }
 
+    /// `ca init` with a longest validity that is not a number of seconds (inf, nan) is a usage
+    /// error that writes nothing: inf left the keys and certificates behind, without ca.json,
+    /// and the next `ca init` refused to overwrite them.
+    @Test func caInitRefusesAnUnusableValidityAndWritesNothing() throws {
+        let dir = try temporaryDirectory()
+        for validity in ["inf", "nan", "59"] {
+            let refused = try tokentool(["ca", "init", "--dir", "ca", "--app-id", "a", "--max-validity", validity], cwd: dir)
+            #expect(refused.status == 2 && refused.err.contains("--max-validity must be a number of seconds, at least 60"), "\(validity): \(refused.err)")
+            #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("ca").path))
+        }
+        #expect(try tokentool(["ca", "init", "--dir", "ca", "--app-id", "a", "--max-validity", "60"], cwd: dir).status == 0)
+    }
+
     /// A certificate past its notAfter is listed as expired, in the text and in the JSON alike
     /// (the JSON said "valid" for it before).
     @Test func anExpiredCertificateIsListedAsExpired() async throws {

@@ -50,14 +50,15 @@ public struct CADeployment: Sendable {
     }
 
     /// Creates the CA: keys and certificates (``CAFiles/create(_:passphrase:)``), then `ca.json`.
-    /// Refuses before writing anything if any of those files exists.
+    /// Refuses before writing anything if any of those files exists or the settings cannot be
+    /// used or written down; all or nothing after that (a file that cannot be written removes
+    /// those written before it).
     public func create(_ material: CertificateAuthority.Material, settings: CASettings, passphrase: String?) throws(PeerCAError) {
         _ = try settings.issuancePolicy()  // a trust domain that cannot be used is refused before any file is written
-        if FileManager.default.fileExists(atPath: settingsPath) {
-            throw PeerCAError(.fileExists, "\(settingsPath) exists; CA material is never overwritten")
-        }
-        try files.create(material, passphrase: passphrase)
-        try writeSettings(settings)
+        let bytes = try settings.encoded()
+        try files.create(
+            material, passphrase: passphrase,
+            then: [CAFiles.NewFile(path: settingsPath, contents: bytes, mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)])
     }
 
     /// Where the ledger is: `override` when given (an operator's `--store`), else the settings'
@@ -124,8 +125,8 @@ public struct CASettings: Sendable, Hashable, Codable {
 
     /// The issuance policy these settings describe.
     public func issuancePolicy() throws(PeerCAError) -> IssuancePolicy {
-        guard maximumValidity >= CASettings.minimumMaximumValidity else {
-            throw PeerCAError(.invalidSettings, "maximumValidity must be at least \(Int(CASettings.minimumMaximumValidity)) seconds")
+        guard maximumValidity.isFinite, maximumValidity >= CASettings.minimumMaximumValidity else {
+            throw PeerCAError(.invalidSettings, "maximumValidity must be a number of seconds, at least \(Int(CASettings.minimumMaximumValidity))")
         }
         var policy = try IssuancePolicy(appID: appID, trustDomainSuffix: trustDomainSuffix, provider: provider)
         policy.maximumValidity = maximumValidity

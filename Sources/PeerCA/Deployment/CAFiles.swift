@@ -35,23 +35,51 @@ public struct CAFiles: Sendable {
     }
 
     /// Writes new material: keys first (0600), then certificates (0644); refuses if any file exists,
-    /// before writing anything.
+    /// before writing anything. All or nothing: when a file cannot be written, those written
+    /// before it are removed again (and the directory, when this call made it), so a retry does
+    /// not find half a CA that it refuses to overwrite.
     public func create(_ material: CertificateAuthority.Material, passphrase: String?) throws(PeerCAError) {
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch { throw PeerCAError(.io, "cannot create \(directory)") }
+        try create(material, passphrase: passphrase, then: [])
+    }
+
+    /// ``create(_:passphrase:)``, and `more` files (path, contents, mode) after the material, in
+    /// the same all-or-nothing write.
+    func create(_ material: CertificateAuthority.Material, passphrase: String?, then more: [NewFile]) throws(PeerCAError) {
         let intermediate = material.intermediateKey != nil
-        let files = [rootCertificate, issuerCertificate, issuerKey] + (intermediate ? [rootKey] : [])
-        if let existing = files.first(where: { FileManager.default.fileExists(atPath: $0) }) {
+        let paths = [rootCertificate, issuerCertificate, issuerKey] + (intermediate ? [rootKey] : []) + more.map(\.path)
+        if let existing = paths.first(where: { FileManager.default.fileExists(atPath: $0) }) {
             throw PeerCAError(.fileExists, "\(existing) exists; CA material is never overwritten")
         }
         let issuerKeyPEM = try material.issuerKeyPEM(passphrase: passphrase)
         let rootKeyPEM = intermediate ? try material.rootKeyPEM(passphrase: passphrase) : nil
-        try caFile { () throws(SecureFileError) in
-            try SecureFile.writeNew(issuerKey, Array(issuerKeyPEM.utf8), mode: 0o600)
-            if let rootKeyPEM { try SecureFile.writeNew(rootKey, Array(rootKeyPEM.utf8), mode: 0o600) }
-            try SecureFile.writeNew(rootCertificate, Array(material.authority.root.pemString.utf8), mode: 0o644)
-            try SecureFile.writeNew(issuerCertificate, Array(material.authority.issuer.pemString.utf8), mode: 0o644)
+        let files =
+            [NewFile(path: issuerKey, contents: Array(issuerKeyPEM.utf8), mode: 0o600)]
+            + (rootKeyPEM.map { [NewFile(path: rootKey, contents: Array($0.utf8), mode: 0o600)] } ?? [])
+            + [
+                NewFile(path: rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644),
+                NewFile(path: issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644),
+            ] + more
+        let madeDirectory = !FileManager.default.fileExists(atPath: directory)
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch { throw PeerCAError(.io, "cannot create \(directory)") }
+        var written: [String] = []
+        do throws(SecureFileError) {
+            for file in files {
+                try SecureFile.writeNew(file.path, file.contents, mode: file.mode)
+                written.append(file.path)
+            }
+        } catch {
+            for path in written.reversed() { unlink(path) }
+            if madeDirectory { rmdir(directory) }
+            throw PeerCAError(error)
         }
+    }
+
+    /// A file ``create(_:passphrase:then:)`` writes.
+    struct NewFile {
+        let path: String
+        let contents: [UInt8]
+        let mode: mode_t
     }
 }

@@ -54,7 +54,9 @@ struct CAInit: ParsableCommand {
     @OptionGroup(title: "Key encryption (optional)") var passphrase: PassphraseOptions
 
     func run() throws {
-        guard maxValidity >= CASettings.minimumMaximumValidity else { throw CLIExit.usage("--max-validity must be at least 60 seconds") }
+        guard maxValidity.isFinite, maxValidity >= CASettings.minimumMaximumValidity else {
+            throw CLIExit.usage("--max-validity must be a number of seconds, at least 60")
+        }
         var location: LedgerLocation?
         if let store {
             do { location = try LedgerLocation(store) } catch { throw CLIExit.usage("--store: \(error.message)") }
