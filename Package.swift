@@ -160,10 +160,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // C's standard streams for the CLI (Swift 6 refuses the `stdout` global; FileHandle traps on a failed write).
+        .target(name: "CStandardStreams"),
         .executableTarget(
             name: "tokentool",
             dependencies: [
-                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "TokenServer",
+                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "TokenServer", "CStandardStreams",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: server),
                 .product(name: "Metrics", package: "swift-metrics", condition: server),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: server),

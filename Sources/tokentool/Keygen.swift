@@ -74,16 +74,24 @@ struct Keygen: ParsableCommand {
             }
             privateBytes = secret
         }
+        let publicText = try publicOut.map { _ in format == .jwk ? try key.publicKey.jwkText() + "\n" : try key.publicPEM() }
+        // Both halves or neither: a public file that exists is refused before the private one is
+        // written, and a private key whose public half could not be written goes again.
+        if let publicOut, FileManager.default.fileExists(atPath: publicOut) {
+            throw CLIExit.usage("\(publicOut) exists; tokentool never overwrites key files")
+        }
         if let out {
             try Output.writeNew(out, contents: privateBytes, mode: 0o600)
-            printError("wrote \(key.isPrivate ? "private " : "")\(key.type) key to \(out) (mode 0600)")
         } else {
-            FileHandle.standardOutput.write(Data(privateBytes))
+            Output.raw(privateBytes)
         }
-        if let publicOut {
-            let text = format == .jwk ? try key.publicKey.jwkText() + "\n" : try key.publicPEM()
-            try Output.writeNew(publicOut, contents: Array(text.utf8), mode: 0o644)
-            printError("wrote public key to \(publicOut); thumbprint \(try key.thumbprint())")
+        if let publicOut, let publicText {
+            do { try Output.writeNew(publicOut, contents: Array(publicText.utf8), mode: 0o644) } catch {
+                if let out { unlink(out) }
+                throw error
+            }
         }
+        if let out { printError("wrote \(key.isPrivate ? "private " : "")\(key.type) key to \(out) (mode 0600)") }
+        if let publicOut { printError("wrote public key to \(publicOut); thumbprint \(try key.thumbprint())") }
     }
 }

@@ -28,6 +28,11 @@ struct CSRCommand: ParsableCommand {
         let request = try DeviceCSR.make(key: key)
         try Output.writeNew(out, contents: Array(try DeviceCSR.keyPEM(key).utf8), mode: 0o600)
         print(request, terminator: "")
+        // A key whose CSR was lost is of no use, and would stand in the way of the retry.
+        do { try Output.finish() } catch {
+            unlink(out)
+            throw error
+        }
     }
 }
 

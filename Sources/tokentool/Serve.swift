@@ -1,4 +1,5 @@
 import ArgumentParser
+import CStandardStreams
 import AsyncHTTPClient
 import Foundation
 import Logging
@@ -212,6 +213,7 @@ struct Serve: AsyncParsableCommand {
 
 /// Writes a line to standard output at once (print is block-buffered into a pipe or a log file,
 /// and "listening on" must be seen when it happens).
+/// A failure to write it (a full disk under a log file) is not the server's to die of: ignored.
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    tt_stdout_say(line + "\n")
 }

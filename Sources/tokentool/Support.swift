@@ -1,4 +1,5 @@
 public import ArgumentParser
+import CStandardStreams
 import Foundation
 import PeerCA
 import TokenKit
@@ -151,6 +152,20 @@ enum Output {
 
     static func json(_ value: JSONValue) {
         print(value.prettyText)
+    }
+
+    /// Bytes to standard output, through the buffer `print` writes to (so their order holds).
+    /// A failure shows in ``finish()``; FileHandle's write trapped on one (a full disk).
+    static func raw(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { buffer in tt_stdout_write(buffer.baseAddress, buffer.count) }
+    }
+
+    /// Flushes standard output and throws a usage error (exit 2) when anything written to it was
+    /// lost — a full disk, a file system error — so that a command does not report success for
+    /// output nobody got.
+    static func finish() throws {
+        let failure = tt_stdout_finish()
+        if failure != 0 { throw CLIExit.usage("cannot write standard output: \(String(cString: strerror(failure)))") }
     }
 }
 

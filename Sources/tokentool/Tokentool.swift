@@ -1,4 +1,5 @@
 import ArgumentParser
+import CStandardStreams
 import Foundation
 import PDAKeys
 import PeerCA
@@ -40,6 +41,7 @@ struct Tokentool: AsyncParsableCommand {
             } else {
                 try command.run()
             }
+            try Output.finish()
         } catch let exit as CLIExit {
             if !exit.message.isEmpty { printError(exit.message) }
             Foundation.exit(exit.code)
@@ -71,8 +73,10 @@ struct CLIExit: Error {
     static func usage(_ message: String) -> CLIExit { CLIExit(code: 2, message: "tokentool: \(message)") }
 }
 
+/// A line to standard error; a failure to write it is ignored (FileHandle's write trapped on one:
+/// `tokentool … 2>/dev/full`).
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
+    tt_stderr_write(message + "\n")
 }
 
 /// A parent may start us with SIGTERM and SIGINT blocked (a test runner's mask is inherited);

@@ -59,6 +59,18 @@ struct RevocationTests {
         #expect(throws: PeerCAError.self) { _ = try RevocationList(tampered, issuer: test.material.authority.issuer) }
     }
 
+    /// A CRL's validity must be a positive number of seconds: NaN trapped (the refusal printed
+    /// the NaN date), a negative one made a CRL whose nextUpdate came before its thisUpdate. No
+    /// CRL number is taken for a refused one.
+    @Test func aCRLValidityThatIsNotPositiveIsRefused() async throws {
+        let test = try TestCA()
+        for validity in [TimeInterval.nan, .infinity, 0, -5] {
+            let error = await #expect(throws: PeerCAError.self, "\(validity)") { _ = try await test.ca.crl(validity: validity) }
+            #expect(error?.code == .invalidSettings)
+        }
+        #expect(try await test.ca.ledger.nextCRLNumber() == 1)
+    }
+
     /// A CRL is made again (a new number, a durable write, a signature) when the revoked list
     /// has changed or the last one is half through its validity; otherwise the last is given
     /// again, whoever asks how often.

@@ -21,6 +21,12 @@ struct CACLITests {
             #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("ca").path))
         }
         #expect(try tokentool(["ca", "init", "--dir", "ca", "--app-id", "a", "--max-validity", "60"], cwd: dir).status == 0)
+        // A CRL's validity likewise (nan trapped; a negative one gave nextUpdate before thisUpdate).
+        for validity in ["nan", "inf", "0", "-5"] {
+            let refused = try tokentool(["ca", "crl", "--dir", "ca", "--validity=\(validity)"], cwd: dir)
+            #expect(refused.status == 2 && refused.err.contains("--validity must be a number of seconds"), "\(validity): \(refused.err)")
+        }
+        #expect(try tokentool(["ca", "crl", "--dir", "ca", "--validity", "60"], cwd: dir).status == 0)
     }
 
     /// A certificate past its notAfter is listed as expired, in the text and in the JSON alike

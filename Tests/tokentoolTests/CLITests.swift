@@ -12,6 +12,33 @@ struct CLITests {
         try run(tool, args, stdin: stdin, cwd: cwd)
     }
 
+    /// Output that cannot be written is an error (exit 2) that leaves nothing half done, never a
+    /// trap: FileHandle's write trapped on a full disk (`keygen ec > /dev/full`: exit 132), and
+    /// `csr --out KEY > /dev/full` exited 0 with the key written and its CSR lost. A key pair is
+    /// written whole or not at all.
+    @Test func outputThatCannotBeWrittenFailsCleanly() throws {
+        let dir = try temporaryDirectory()
+        func shell(_ line: String) throws -> (status: Int32, out: String, err: String) {
+            try run(URL(fileURLWithPath: "/bin/sh"), ["-c", "\"$0\" " + line, tool.path], cwd: dir)
+        }
+        let full = try shell("keygen ec > /dev/full")
+        #expect(full.status == 2 && full.err.contains("cannot write standard output"), "\(full.status) \(full.err)")
+        let lost = try shell("csr --out device.key > /dev/full")
+        #expect(lost.status == 2 && lost.err.contains("cannot write standard output"), "\(lost.status) \(lost.err)")
+        #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("device.key").path), "a key without its CSR is removed")
+        #expect(try shell("csr --out device.key > device.csr").status == 0)
+        let quiet = try shell("decode not.a.token 2>/dev/full")
+        #expect(quiet.status == 1 || quiet.status == 2, "\(quiet.status)")
+
+        FileManager.default.createFile(atPath: dir.appendingPathComponent("taken.pem").path, contents: Data("x".utf8))
+        for publicOut in ["taken.pem", "no-such-dir/pub.pem"] {
+            let refused = try tokentool(["keygen", "ec", "--out", "k.key", "--public-out", publicOut], cwd: dir)
+            #expect(refused.status == 2, "\(publicOut): \(refused.err)")
+            #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("k.key").path), "\(publicOut): the private half stays only with its public half")
+        }
+        #expect(try tokentool(["keygen", "ec", "--out", "k.key", "--public-out", "k.pub"], cwd: dir).status == 0)
+    }
+
     @Test func helpExplains() throws {
         let root = try tokentool(["--help"])
         #expect(root.status == 0)

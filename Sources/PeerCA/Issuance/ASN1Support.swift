@@ -139,7 +139,8 @@ enum DERWriter {
         let seconds = date.timeIntervalSince1970.rounded(.down)
         // 0000-01-01 and 9999-12-31T23:59:59 relative to 1970.
         guard seconds >= -62_167_219_200, seconds <= 253_402_300_799 else {
-            throw LeafTemplate.Unencodable(description: "the date \(date) has no RFC 5280 encoding")
+            // The seconds, not `date`: Date's description traps for NaN.
+            throw LeafTemplate.Unencodable(description: "a date \(seconds) s from 1970 has no RFC 5280 encoding")
         }
         let time = ISO8601Text.fields(secondsSince1970: Int(seconds))
         let utc = (1950..<2050).contains(time.year)

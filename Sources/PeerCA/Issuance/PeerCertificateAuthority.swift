@@ -340,7 +340,12 @@ public final class PeerCertificateAuthority: Sendable {
     /// given again. (Before, every `GET /v1/crl`, which anyone may send, cost a durable write.)
     /// Calls that need a new CRL for the same list and validity while one is being made wait for
     /// that one: however many ask at once, one number is taken and one signature made.
+    /// A `validity` that is not a positive number of seconds is ``PeerCAError/Code/invalidSettings``
+    /// (before any number is taken).
     public func crl(validity: TimeInterval = 86_400) async throws(PeerCAError) -> [UInt8] {
+        guard validity.isFinite, validity > 0 else {
+            throw PeerCAError(.invalidSettings, "a CRL's validity must be a positive number of seconds, not \(validity)")
+        }
         let now = Date(timeIntervalSince1970: clock.now.rounded(.down))
         // In one order whatever the ledger's (it sorts by revocation time only, and an account's
         // certificates share theirs), so that an unchanged list compares equal.

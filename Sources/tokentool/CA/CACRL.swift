@@ -29,12 +29,16 @@ struct CACRL: AsyncParsableCommand {
 
     @OptionGroup(title: "Ledger") var store: StoreOption
 
+    func validate() throws {
+        guard validity.isFinite, validity >= 1 else { throw ValidationError("--validity must be a number of seconds, at least 1") }
+    }
+
     func run() async throws {
         let crl = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
             try await ca.crl(validity: validity)
         }
         if der {
-            FileHandle.standardOutput.write(Data(crl))
+            Output.raw(crl)
         } else {
             print(PEMText.encode(crl, label: "X509 CRL"), terminator: "")
         }
