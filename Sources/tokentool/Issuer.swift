@@ -105,8 +105,15 @@ struct Exchange: AsyncParsableCommand {
     @Flag(help: "Print the whole JSON answer instead of the token.")
     var json = false
 
+    @Option(help: "Seconds allowed for the whole exchange: connecting, the answer and all of its body.")
+    var timeout: Double = 20
+
     @Argument(help: "The subject token, a file holding it, or - for standard input.")
     var token: String?
+
+    func validate() throws {
+        guard timeout > 0, timeout <= 300 else { throw ValidationError("--timeout must be more than 0 and at most 300 seconds") }
+    }
 
     func run() async throws {
         let subject = try Input.token(token)
@@ -123,17 +130,25 @@ struct Exchange: AsyncParsableCommand {
         request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
         request.body = .bytes(ByteBuffer(string: fields.map { "\($0.0)=\(encode($0.1))" }.joined(separator: "&")))
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
-        let status: UInt
-        let text: String
-        do {
-            let response = try await client.execute(request, timeout: .seconds(20))
-            status = response.status.code
-            text = String(buffer: try await response.body.collect(upTo: 1 << 20))
-            try await client.shutdown()
-        } catch {
-            try? await client.shutdown()
-            throw CLIExit.usage("cannot reach \(base): \(error)")
+        // The whole exchange within the limit: AsyncHTTPClient's deadline covers the answer's
+        // head only, and a server that sent one byte of its body and then nothing held this
+        // command past it, for good.
+        let limit = Duration.milliseconds(Int64(timeout * 1000))
+        let prepared = request
+        let outcome: Result<(status: UInt, text: String), CLIExit> = await TimeLimit.race(
+            limit, fallback: .failure(CLIExit.usage("the exchange with \(base) was cancelled"))
+        ) {
+            do {
+                let response = try await client.execute(prepared, timeout: TimeAmount(limit))
+                return .success((response.status.code, String(buffer: try await response.body.collect(upTo: 1 << 20))))
+            } catch {
+                return .failure(CLIExit.usage("cannot reach \(base): \(error)"))
+            }
+        } timedOut: {
+            .failure(CLIExit.usage("\(base) did not answer in full within \(timeout.rounded() == timeout ? String(Int(timeout)) : String(timeout)) s"))
         }
+        try? await client.shutdown()
+        let (status, text) = try outcome.get()
         let answer = (try? JSONValue.parse(Array(text.utf8)))?.objectValue ?? [:]
         guard status == 200, let issued = answer["access_token"]?.stringValue else {
             let error = answer["error"]?.stringValue ?? "HTTP \(status)"

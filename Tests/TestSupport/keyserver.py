@@ -38,7 +38,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         host = (self.headers.get("Host") or "").split(":")[0]
         with log_lock, open(args.log, "a") as log:
-            log.write(f"GET {host}{self.path} accept={self.headers.get('Accept')}\n")
+            log.write(f"{self.command} {host}{self.path} accept={self.headers.get('Accept')}\n")
             log.flush()
         try:
             with open(args.routes) as f:
@@ -71,6 +71,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             self.close_connection = True
+
+
+    def do_POST(self):
+        # The body is read and dropped; the route answers as for a GET.
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.do_GET()
 
 
 # What a client that gives up on us causes: the tests do that on purpose (a client that does not
