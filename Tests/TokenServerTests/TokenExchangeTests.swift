@@ -131,6 +131,38 @@ struct TokenExchangeTests {
         }
     }
 
+    /// The key directory is made and rotated whole or not at all, one process at a time: a
+    /// refused `issuer init` on an existing directory made two private keys first (which nothing
+    /// listed, and each retry made two more), two instances starting at once made four keys
+    /// and one of them failed to start, and two rotations at once each made a key of which the
+    /// manifest named one. Every key file is in the manifest, every manifest key has its file.
+    @Test func theKeyDirectoryIsMadeAndRotatedWholeOnceAtATime() async throws {
+        func keyFiles(_ directory: String) throws -> Set<String> {
+            Set(try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".pem") }.map { String($0.dropLast(4)) })
+        }
+        func listed(_ directory: String) throws -> Set<String> { Set(try IssuerKeyRing.entries(directory: directory).map(\.kid)) }
+        for _ in 0..<5 {
+            let directory = try temporaryDirectory().appendingPathComponent("issuer").path
+            // Two instances start at once on a new directory: both open it, with the same keys.
+            async let first = Task.detached { try IssuerKeyRing.open(directory: directory, createIfMissing: true).signingKey.kid }.value
+            async let second = Task.detached { try IssuerKeyRing.open(directory: directory, createIfMissing: true).signingKey.kid }.value
+            let (a, b) = try await (first, second)
+            #expect(a == b)
+            #expect(try keyFiles(directory) == listed(directory) && listed(directory).count == 2)
+
+            let again = #expect(throws: PeerCAError.self) { try IssuerKeyRing.initialize(directory: directory) }
+            #expect(again?.code == .fileExists)
+            #expect(try keyFiles(directory).count == 2, "a refused initialization makes no key")
+
+            // Two rotations at once: both take effect, one after the other.
+            async let r1 = Task.detached { try IssuerKeyRing.rotate(directory: directory, retiredKeyLifetime: 600).count }.value
+            async let r2 = Task.detached { try IssuerKeyRing.rotate(directory: directory, retiredKeyLifetime: 600).count }.value
+            _ = try await (r1, r2)
+            #expect(try listed(directory).count == 4)
+            #expect(try keyFiles(directory) == listed(directory))
+        }
+    }
+
     @Test func tokensAreRefusedAfterTheirExpiry() async throws {
         try await LiveServer.with(configure: { configuration in
             configuration.issuer = ServerConfiguration.Issuer(url: nil, audiences: ["partner-api"], lifetimeSeconds: 1, keyDirectory: nil, reloadSeconds: nil)

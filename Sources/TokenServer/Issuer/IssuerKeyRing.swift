@@ -1,6 +1,9 @@
 public import Foundation
 public import PeerCA
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 public import TokenKit
 
 /// The signing keys of the service's own token issuer (token exchange), kept in one directory
@@ -39,7 +42,11 @@ public final class IssuerKeyRing: Sendable {
         let ring = IssuerKeyRing(directory: directory)
         if !FileManager.default.fileExists(atPath: ring.manifestPath) {
             guard createIfMissing else { throw PeerCAError(.invalidSettings, "\(directory) holds no issuer keys (keys.json)") }
-            try initialize(directory: directory)
+            do {
+                try initialize(directory: directory)
+            } catch where error.code == .fileExists {
+                // Another instance starting beside this one made them first: use those.
+            }
         }
         try ring.reload()
         return ring
@@ -48,14 +55,27 @@ public final class IssuerKeyRing: Sendable {
     var manifestPath: String { (directory as NSString).appendingPathComponent("keys.json") }
     func keyPath(_ kid: String) -> String { (directory as NSString).appendingPathComponent("\(kid).pem") }
 
-    /// Makes a new key directory with a current and a next key; refuses an existing manifest.
+    /// Makes a new key directory with a current and a next key; refuses an existing manifest
+    /// (``PeerCAError/Code/fileExists``) before it makes a key. All or nothing: keys whose
+    /// manifest could not be written are deleted again.
     public static func initialize(directory: String) throws(PeerCAError) {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch { throw PeerCAError(.io, "cannot create \(directory)") }
         let ring = IssuerKeyRing(directory: directory)
-        let current = try ring.newKey(), next = try ring.newKey()
-        try ring.writeManifest(Manifest(keys: [Entry(kid: current, state: .current), Entry(kid: next, state: .next)]), replacing: false)
+        try ring.exclusively { () throws(PeerCAError) in
+            // Each refused `issuer init` on a key directory made two private keys that nothing listed.
+            if FileManager.default.fileExists(atPath: ring.manifestPath) {
+                throw PeerCAError(.fileExists, "\(ring.manifestPath) exists; the issuer keys are never made again (rotate them)")
+            }
+            let current = try ring.newKey()
+            try ring.deletingOnFailure([current]) { () throws(PeerCAError) in
+                let next = try ring.newKey()
+                try ring.deletingOnFailure([next]) { () throws(PeerCAError) in
+                    try ring.writeManifest(Manifest(keys: [Entry(kid: current, state: .current), Entry(kid: next, state: .next)]), replacing: false)
+                }
+            }
+        }
     }
 
     /// The key that signs now (private, with its `kid`).
@@ -89,6 +109,13 @@ public final class IssuerKeyRing: Sendable {
     @discardableResult
     public static func rotate(directory: String, retiredKeyLifetime: TimeInterval, now: Date = Date()) throws(PeerCAError) -> [Entry] {
         let ring = IssuerKeyRing(directory: directory)
+        return try ring.exclusively { () throws(PeerCAError) in try ring.rotate(retiredKeyLifetime: retiredKeyLifetime, now: now) }
+    }
+
+    /// ``rotate(directory:retiredKeyLifetime:now:)`` under the directory's lock: two rotations at
+    /// once each made a new key, and the manifest renamed last named only its own.
+    private func rotate(retiredKeyLifetime: TimeInterval, now: Date) throws(PeerCAError) -> [Entry] {
+        let ring = self
         var manifest = try ring.readManifest()
         guard let current = manifest.keys.firstIndex(where: { $0.state == .current }),
             let next = manifest.keys.firstIndex(where: { $0.state == .next })
@@ -96,10 +123,11 @@ public final class IssuerKeyRing: Sendable {
         manifest.keys[current].state = .retired
         manifest.keys[current].publishUntil = now.addingTimeInterval(retiredKeyLifetime)
         manifest.keys[next].state = .current
-        manifest.keys.append(Entry(kid: try ring.newKey(), state: .next))
+        let added = try ring.newKey()
+        manifest.keys.append(Entry(kid: added, state: .next))
         let expired = manifest.keys.filter { $0.state == .retired && ($0.publishUntil ?? .distantPast) <= now }
         manifest.keys.removeAll { entry in expired.contains(entry) }
-        try ring.writeManifest(manifest, replacing: true)
+        try ring.deletingOnFailure([added]) { () throws(PeerCAError) in try ring.writeManifest(manifest, replacing: true) }
         for entry in expired { unlink(ring.keyPath(entry.kid)) }
         return manifest.keys
     }
@@ -110,6 +138,25 @@ public final class IssuerKeyRing: Sendable {
     }
 
     // MARK: Files
+
+    /// `body` holding the directory's lock (`flock` on `.keys.lock` in it): one initialization or
+    /// rotation at a time, across processes.
+    private func exclusively<T>(_ body: () throws(PeerCAError) -> T) throws(PeerCAError) -> T {
+        let path = (directory as NSString).appendingPathComponent(".keys.lock")
+        let descriptor = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw PeerCAError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard flock(descriptor, LOCK_EX) == 0 else { throw PeerCAError(.io, "cannot lock \(path): \(String(cString: strerror(errno)))") }
+        return try body()
+    }
+
+    /// `body`, deleting the key files of `kids` when it throws.
+    private func deletingOnFailure<T>(_ kids: [String], _ body: () throws(PeerCAError) -> T) throws(PeerCAError) -> T {
+        do { return try body() } catch {
+            for kid in kids { unlink(keyPath(kid)) }
+            throw error
+        }
+    }
 
     private func newKey() throws(PeerCAError) -> String {
         let key: JWTKey
