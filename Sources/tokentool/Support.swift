@@ -16,16 +16,37 @@ enum Input {
     /// Reads a file, or standard input for "-". A file that cannot be read is a usage error that
     /// says why (no such file, a directory, permission denied).
     static func read(_ path: String) throws -> [UInt8] {
-        if path == "-" { return Array(FileHandle.standardInput.readDataToEndOfFile()) }
+        if path == "-" { return try readAll(STDIN_FILENO, name: "standard input") }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw CLIExit.usage("cannot read \(path): it is a directory")
         }
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw CLIExit.usage("cannot read \(path): \(reason(errno))") }
-        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        do { return Array(try file.readToEnd() ?? Data()) } catch {
-            throw CLIExit.usage("cannot read \(path): \(error.localizedDescription)")
+        defer { close(descriptor) }
+        return try readAll(descriptor, name: path)
+    }
+
+    /// The most a file or standard input given to a command may hold. Keys, tokens, claims, CSRs
+    /// and passphrases are kilobytes; without a limit, `--key /dev/zero` (or a disk image named
+    /// by mistake) read until memory ran out.
+    static let largestInput = 16 << 20
+
+    /// Everything `descriptor` gives until its end, refused past ``largestInput``.
+    static func readAll(_ descriptor: Int32, name: String) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw CLIExit.usage("cannot read \(name): \(reason(errno))")
+            }
+            if count == 0 { return bytes }
+            bytes += chunk[0..<count]
+            if bytes.count > largestInput {
+                throw CLIExit.usage("\(name) holds more than \(largestInput >> 20) MiB: no key, token, claims, CSR or passphrase is that large")
+            }
         }
     }
 
@@ -91,7 +112,7 @@ enum Input {
         if isatty(STDIN_FILENO) != 0 {
             printError("tokentool: reading the token from standard input (paste it, then press Return and Ctrl-D)")
         }
-        let token = stripped(String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self))
+        let token = stripped(String(decoding: try readAll(STDIN_FILENO, name: "standard input"), as: UTF8.self))
         if token.isEmpty { throw CLIExit.usage("no token on standard input") }
         return String(token)
     }

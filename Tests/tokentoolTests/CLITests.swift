@@ -37,6 +37,14 @@ struct CLITests {
             #expect(!FileManager.default.fileExists(atPath: dir.appendingPathComponent("k.key").path), "\(publicOut): the private half stays only with its public half")
         }
         #expect(try tokentool(["keygen", "ec", "--out", "k.key", "--public-out", "k.pub"], cwd: dir).status == 0)
+
+        // Input past 16 MiB is refused, not read until memory runs out (--key /dev/zero did).
+        for arguments in [["jwk", "/dev/zero"], ["verify", "--key", "/dev/zero", "a.b.c"], ["decode", "/dev/zero"]] {
+            let refused = try tokentool(arguments, cwd: dir)
+            #expect(refused.status == 2 && refused.err.contains("/dev/zero holds more than 16 MiB"), "\(arguments): \(refused.err)")
+        }
+        let large = try tokentool(["decode", "-"], stdin: Data(repeating: 0x41, count: (16 << 20) + 1))
+        #expect(large.status == 2 && large.err.contains("standard input holds more than 16 MiB"), "\(large.err)")
     }
 
     @Test func helpExplains() throws {
