@@ -379,12 +379,25 @@ extension ServerConfiguration {
     /// development CA created there on first start, an SQLite ledger, 127.0.0.1:8080, and one
     /// provider, `dev`, that accepts HS256 tokens with `iss` `tokentool-dev` signed with a random
     /// secret kept in `<state>/dev-hs256.secret` (mode 0600, made on first start).
-    public static func embeddedDefaults(state: String = "tokentool-state", port: Int = 8080) throws -> ServerConfiguration {
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    ///
+    /// A state directory that cannot be made or written is a ``ConfigurationError`` for `state`
+    /// that says why.
+    public static func embeddedDefaults(state: String = "tokentool-state", port: Int = 8080) throws(ConfigurationError) -> ServerConfiguration {
+        do {
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            // Foundation's error says little on Linux ("(null)"); the system call says why.
+            let reason = mkdir(state, 0o700) == 0 ? "it was made only on a second try" : String(cString: strerror(errno))
+            throw ConfigurationError(key: "state", "\(state) cannot be created: \(reason)")
+        }
         let secret = devSecretPath(state: state)
         if !FileManager.default.fileExists(atPath: secret) {
             var generator = SystemRandomNumberGenerator()
-            try SecureFile.writeNew(secret, (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }, mode: 0o600)
+            do throws(SecureFileError) {
+                try SecureFile.writeNew(secret, (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }, mode: 0o600)
+            } catch {
+                throw ConfigurationError(key: "state", error.message)
+            }
         }
         var configuration = ServerConfiguration()
         configuration.state = state

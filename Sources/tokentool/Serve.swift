@@ -76,7 +76,9 @@ struct Serve: AsyncParsableCommand {
             guard let data = FileManager.default.contents(atPath: config) else { throw CLIExit.usage("cannot read \(config)") }
             do { configuration = try ServerConfiguration.parse(data) } catch { throw CLIExit.usage("\(config): \(error)") }
         } else {
-            configuration = try ServerConfiguration.embeddedDefaults(state: state)
+            do throws(ConfigurationError) { configuration = try ServerConfiguration.embeddedDefaults(state: state) } catch {
+                throw CLIExit.usage("defaults: \(error)")
+            }
         }
         if let port { configuration.listen.port = port }
         if let tlsCertificate, let tlsKey { configuration.tls = ServerConfiguration.TLS(certificate: tlsCertificate, key: tlsKey) }

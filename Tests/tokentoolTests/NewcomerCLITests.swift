@@ -144,6 +144,17 @@ struct NewcomerCLITests {
         #expect(try tokentool(["sign", "--key", "k.pem", "--expires-in", "600", "--sub", "x"], cwd: dir).status == 0)
     }
 
+    /// `serve --state` naming a place no directory can be made says so, as a usage error (exit 2):
+    /// it printed Foundation's `Error Domain=NSCocoaErrorDomain Code=512 "(null)"` and exited 1,
+    /// the status of an invalid token.
+    @Test func aStateDirectoryThatCannotBeMadeSaysWhy() throws {
+        let dir = try temporaryDirectory()
+        FileManager.default.createFile(atPath: dir.appendingPathComponent("file").path, contents: Data("x".utf8))
+        let refused = try tokentool(["serve", "--port", "0", "--state", "file/state"], cwd: dir)
+        #expect(refused.status == 2, "\(refused.status) \(refused.err)")
+        #expect(refused.err.contains("state file/state cannot be created: Not a directory"), "\(refused.err)")
+    }
+
     @Test func unreadableKeyFilesSayWhy() throws {
         let (dir, token) = try keysAndToken()
         let missing = try tokentool(["verify", "--key", "nope.pub", token], cwd: dir)
