@@ -13,7 +13,7 @@ public import ServiceLifecycle
 /// Concurrent ``record(_:claiming:)`` calls share one transaction and one commit (group commit).
 ///
 /// It is a `Service`: run it (in a `ServiceGroup`, or through ``LedgerStore/with(_:logger:_:)``)
-/// while the ledger is in use, and call ``migrate(connectionWait:lockWait:)`` once it runs. Its errors are
+/// while the ledger is in use, and call ``migrate(connectionWait:lockWait:migrationWait:)`` once it runs. Its errors are
 /// `PeerCAError`s; the URL's password never appears in them.
 public final class PostgresLedger: CertificateLedger, Service {
     let client: PostgresClient
@@ -70,8 +70,12 @@ public final class PostgresLedger: CertificateLedger, Service {
     ///     down, refuses or never answers is an error (`PeerCAError` `.ledger`, naming the host
     ///     and port, never the password) instead of a wait without end.
     ///   - lockWait: How long a schema change waits for its table's lock.
+    ///   - migrationWait: How long to wait for another instance's migration to end (instances
+    ///     migrate one at a time; one whose server or connection hangs would otherwise hold the
+    ///     others' starts for good).
     public func migrate(
-        connectionWait: Duration = PostgresLedger.defaultConnectionWait, lockWait: Duration = PostgresLedger.defaultLockWait
+        connectionWait: Duration = PostgresLedger.defaultConnectionWait, lockWait: Duration = PostgresLedger.defaultLockWait,
+        migrationWait: Duration = PostgresLedger.defaultMigrationWait
     ) async throws(PeerCAError) {
         let connected = ConnectedFlag(), target = self.target
         // Past the wait, the migration is cancelled only if it has no connection yet (the pool
@@ -79,8 +83,13 @@ public final class PostgresLedger: CertificateLedger, Service {
         let unanswered = PeerCAError(.ledger, "cannot prepare the PostgreSQL ledger: cancelled before it was ready")
         let outcome: Result<Void, PeerCAError> = await TimeLimit.race(connectionWait, fallback: .failure(unanswered)) {
             do {
-                try await self.migrateOnce(connected: connected, lockWait: lockWait)
+                try await self.migrateOnce(connected: connected, lockWait: lockWait, migrationWait: migrationWait)
                 return .success(())
+            } catch is AnotherMigration {
+                return .failure(PeerCAError(
+                    .ledger,
+                    "cannot prepare the PostgreSQL ledger: another instance's migration went on for more than \(migrationWait) "
+                        + "(pg_locks shows its advisory lock 7402291); start again once it has ended"))
             } catch where PostgresLedger.sqlState(error) == "55P03" {
                 return .failure(PeerCAError(
                     .ledger,
@@ -98,11 +107,23 @@ public final class PostgresLedger: CertificateLedger, Service {
         try outcome.get()
     }
 
-    /// How long ``migrate(connectionWait:lockWait:)`` waits for a first connection by default.
+    /// How long ``migrate(connectionWait:lockWait:migrationWait:)`` waits for a first connection by default.
     public static let defaultConnectionWait: Duration = .seconds(15)
-    /// How long a schema change of ``migrate(connectionWait:lockWait:)`` waits for its table's
+    /// How long a schema change of ``migrate(connectionWait:lockWait:migrationWait:)`` waits for its table's
     /// lock by default.
     public static let defaultLockWait: Duration = .seconds(3)
+    /// How long ``migrate(connectionWait:lockWait:migrationWait:)`` waits for another instance's
+    /// migration by default: building an index on 10 M rows takes seconds, not minutes.
+    public static let defaultMigrationWait: Duration = .seconds(120)
+
+    /// Another instance's migration held the advisory lock past the wait.
+    private struct AnotherMigration: Error {}
+
+    /// `wait` in whole milliseconds for `lock_timeout`: at least 1 (0 would be no limit), at most
+    /// PostgreSQL's.
+    private static func lockTimeout(_ wait: Duration) -> Int64 {
+        Int64(min(max(wait / .milliseconds(1), 1), Double(Int32.max)))
+    }
 
     /// Set once the migration has a connection.
     private final class ConnectedFlag: Sendable {
@@ -110,18 +131,26 @@ public final class PostgresLedger: CertificateLedger, Service {
     }
 
     /// The migration itself, once connected (its errors as PostgresNIO throws them).
-    private func migrateOnce(connected: ConnectedFlag, lockWait: Duration) async throws {
+    private func migrateOnce(connected: ConnectedFlag, lockWait: Duration, migrationWait: Duration) async throws {
         try await client.withConnection { connection in
             connected.value.store(true, ordering: .releasing)
-            // Another instance migrating is waited for (its changes are the same); a table lock
-            // held by someone else, only for `lockWait` (set after the advisory lock, and reset
-            // before the connection goes back to the pool).
-            try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger)
+            // Another instance migrating is waited for (its changes are the same), for
+            // `migrationWait`; a table lock held by someone else, only for `lockWait` (set after
+            // the advisory lock). Both are reset before the connection goes back to the pool.
+            try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(PostgresLedger.lockTimeout(migrationWait))"), logger: logger)
+            do {
+                // Its row read to the end: PostgresNIO returns a SELECT's rows once their
+                // description arrives, before the statement has run, and an error that comes
+                // after (the lock's timeout) would end only the unread rows.
+                for try await _ in try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger) {}
+            } catch {
+                _ = try? await connection.query("RESET lock_timeout", logger: logger)
+                if PostgresLedger.sqlState(error) == "55P03" { throw AnotherMigration() }
+                throw error
+            }
             var failure: (any Error)?
             do {
-                // Whole milliseconds, at least 1 (0 would be no limit), at most PostgreSQL's.
-                let milliseconds = Int64(min(max(lockWait / .milliseconds(1), 1), Double(Int32.max)))
-                try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(milliseconds)"), logger: logger)
+                try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = \(PostgresLedger.lockTimeout(lockWait))"), logger: logger)
                 for statement in PostgresLedger.schema {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }

@@ -273,6 +273,33 @@ struct LedgerUpgradeTests {
         }
     }
 
+    /// Instances migrate one at a time, and one waits for another's migration only so long: with
+    /// the migration lock held elsewhere (an instance whose server or connection hangs), it fails
+    /// at its limit and says why, and migrates once the lock is free. It waited without end.
+    @Test func aMigrationWaitsForAnotherOnlySoLong() async throws {
+        try await withTestPostgres { url in
+            let logger = Logger(label: "ledger-tests")
+            let client = try GroupCommitTests.client(url, logger: logger)
+            let ledger = try PostgresLedger(url: url, logger: logger)
+            try await withThrowingTaskGroup(of: Void.self) { services in
+                services.addTask { await client.run() }
+                services.addTask { await ledger.run() }
+                defer { services.cancelAll() }
+                try await client.withConnection { connection in
+                    for try await _ in try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger) {}
+                    let started = ContinuousClock.now
+                    let refused = await #expect(throws: PeerCAError.self) { try await ledger.migrate(migrationWait: .milliseconds(500)) }
+                    #expect(ContinuousClock.now - started < .seconds(10))
+                    #expect(refused?.message.contains("another instance's migration went on for more than 0.5 seconds") == true, "\(String(describing: refused))")
+                    try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
+                }
+                try await ledger.migrate(migrationWait: .milliseconds(500))
+                try await ledger.record(entry("0a01"), claiming: nil)
+                #expect(try await ledger.entry(serial: "0a01") != nil)
+            }
+        }
+    }
+
     /// Runs `body` with a test PostgreSQL server's URL whose database has the first schema
     /// (``postgresVersion1``), and the `psql` that made it.
     static func withVersion1Postgres(_ body: (String, URL) async throws -> Void) async throws {

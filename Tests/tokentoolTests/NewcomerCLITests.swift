@@ -149,7 +149,7 @@ struct NewcomerCLITests {
     /// the status of an invalid token.
     @Test func aStateDirectoryThatCannotBeMadeSaysWhy() throws {
         let dir = try temporaryDirectory()
-        FileManager.default.createFile(atPath: dir.appendingPathComponent("file").path, contents: Data("x".utf8))
+        #expect(FileManager.default.createFile(atPath: dir.appendingPathComponent("file").path, contents: Data("x".utf8)))
         let refused = try tokentool(["serve", "--port", "0", "--state", "file/state"], cwd: dir)
         #expect(refused.status == 2, "\(refused.status) \(refused.err)")
         #expect(refused.err.contains("state file/state cannot be created: Not a directory"), "\(refused.err)")
