@@ -50,8 +50,10 @@ struct PeerVerifyCommand: AsyncParsableCommand {
         discussion: """
             The chain (leaf first, then any intermediate) must verify to a root in --ca (RFC 5280), \
             carry exactly one SPIFFE ID (in --trust-domain when given), the EKU for --role, and not be \
-            listed in --crl (whose signature is checked with --crl-issuer, default the last \
-            certificate of the chain).
+            listed in --crl. The CRL's signature is checked with --crl-issuer (required with --crl: \
+            a certificate the peer sent cannot vouch for the list of its own revocations); it must \
+            be the leaf's issuer's, signed with that issuer's key, and current (thisUpdate to \
+            nextUpdate), else the certificate is not trusted.
 
             Exit status: 0 trusted, 1 not trusted or revoked, 2 usage error.
 
@@ -70,7 +72,7 @@ struct PeerVerifyCommand: AsyncParsableCommand {
     @Option(help: "CRL file (PEM or DER).")
     var crl: String?
 
-    @Option(help: "Certificate of the CRL's issuer (PEM).")
+    @Option(help: "Certificate of the CRL's issuer (PEM); required with --crl.")
     var crlIssuer: String?
 
     @Option(help: "The peer's role: client (needs clientAuth) or server (needs serverAuth).")
@@ -87,9 +89,18 @@ struct PeerVerifyCommand: AsyncParsableCommand {
         guard !roots.isEmpty, !presented.isEmpty else { throw CLIExit.usage("no certificates in \(roots.isEmpty ? ca : chain)") }
         var revocations: RevocationList?
         if let crl {
-            let issuerCertificate = try crlIssuer.map { try Self.certificates($0).first } ?? presented.last
-            guard let issuerCertificate else { throw CLIExit.usage("no certificate in --crl-issuer") }
-            revocations = try RevocationList(try Input.read(crl), issuer: issuerCertificate)
+            // The CRL's signer is named by the user, never taken from what the peer sent: a
+            // certificate of the peer's choosing would vouch for a CRL of its choosing.
+            guard let crlIssuer else {
+                throw CLIExit.usage("--crl needs --crl-issuer: the certificate of the CA that signed the CRL (not one the peer sent)")
+            }
+            guard let issuerCertificate = try Self.certificates(crlIssuer).first else { throw CLIExit.usage("no certificate in \(crlIssuer)") }
+            let list = try RevocationList(try Input.read(crl), issuer: issuerCertificate)
+            // Asked to check revocation, say so when this CRL cannot: it is another CA's.
+            guard list.issuer == presented[0].issuer else {
+                throw CLIExit.usage("the CRL was issued by \(list.issuer), not by the certificate's issuer \(presented[0].issuer): revocation cannot be checked with it")
+            }
+            revocations = list
         }
         let verifier = PeerVerifier(roots: roots, trustDomain: trustDomain, revocations: revocations)
         do {

@@ -236,6 +236,24 @@ struct IssuanceTests {
         #expect(names.last == ["account", "expiresAt", "factors", "issuedAt", "issuer", "profile", "provider", "providerUID", "spiffeID"])
     }
 
+    /// A SPIFFE ID is parsed only when its path keeps the SPIFFE rules: no `.`/`..` or empty
+    /// segment, no `%`-escape, query or other character outside letters, digits, `.`, `-`, `_`
+    /// (a relying party that normalises or compares prefixes could read two names into one); the
+    /// IDs the CA makes always parse.
+    @Test func spiffeIDsParseOnlyWhenTheirPathKeepsTheRules() throws {
+        #expect(SPIFFE.parse("spiffe://my-app/idp.example/user-1")! == ("my-app", "idp.example/user-1"))
+        #expect(SPIFFE.parse("spiffe://my-app")! == ("my-app", ""))
+        for bad in [
+            "spiffe://my-app/", "spiffe://my-app//x", "spiffe://my-app/idp.example/../admin/x", "spiffe://my-app/./x",
+            "spiffe://my-app/idp.example%2Fvictim", "spiffe://my-app/victim?x=1", "spiffe://my-app/victim#f", "spiffe://my-app/a/b/",
+            "spiffe://my-app/ü", "spiffe://MY-APP/x",
+        ] {
+            #expect(SPIFFE.parse(bad) == nil, "\(bad)")
+        }
+        let made = SPIFFE.id(trustDomain: "my-app", issuer: "https://idp.example/", subject: "../we ird/ü")
+        #expect(SPIFFE.parse(made)?.path.hasPrefix("idp.example/_x") == true, "\(made)")
+    }
+
     @Test func spiffeSegmentsNeverCollide() throws {
         #expect(SPIFFE.segment("user-42") == "user-42")
         #expect(SPIFFE.segment("a/b") == "_x612f62")

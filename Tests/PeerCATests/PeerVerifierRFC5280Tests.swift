@@ -132,11 +132,53 @@ struct PeerVerifierRFC5280Tests {
         let fromB = try Self.leaf(alice, issuedBy: caB, serial: serial)
         let authorityA = try CertificateAuthority(root: rootA, issuer: rootA, issuerKey: caA.key)
         let crl = try CRLEncoder.encode(
-            authority: authorityA, number: 1, thisUpdate: Date(), nextUpdate: Date() + 3600,
-            revoked: [.init(serial: serial, at: Date(), reason: .keyCompromise)])
+            authority: authorityA, number: 1, thisUpdate: Date(timeIntervalSince1970: 1_800_000_000 - 60),
+            nextUpdate: Date(timeIntervalSince1970: 1_800_000_000 + 3600),
+            revoked: [.init(serial: serial, at: Date(timeIntervalSince1970: 1_800_000_000 - 60), reason: .keyCompromise)])
         let verifier = PeerVerifier(roots: [rootA, rootB], revocations: try RevocationList(crl, issuer: rootA), clock: Self.now)
         #expect(await Self.refusal(verifier, [fromA])?.code == .revoked)
         #expect(try await verifier.verify(chain: [fromB], role: .client).serial == SerialNumbers.hex(serial))
+    }
+
+    /// A CRL of the leaf's issuer counts only when it is current and signed by that issuer's key
+    /// in the validated path: an old CRL from before the revocation (replayed to hide it), one
+    /// whose thisUpdate is still to come, and one signed by another key
+    /// under the issuer's name (a certificate the peer sent along) are refused, not read as
+    /// "not revoked". A current one from the issuer revokes; one from the future does not serve.
+    @Test func aCRLMustBeCurrentAndSignedByTheLeafsIssuer() async throws {
+        let ca = try Party("CA"), alice = try Party("alice")
+        let root = try Self.ca(ca, issuedBy: ca)
+        let authority = try CertificateAuthority(root: root, issuer: root, issuerKey: ca.key)
+        let leaf = try Self.leaf(alice, issuedBy: ca)
+        let t = 1_800_000_000.0
+        func list(_ thisUpdate: Double, _ nextUpdate: Double, revoked: Bool = false, signer: Party? = nil) throws -> RevocationList {
+            let entries: [CRLEncoder.Revoked] = revoked ? [.init(serial: leaf.serialNumber, at: Date(timeIntervalSince1970: thisUpdate), reason: .keyCompromise)] : []
+            if let signer {
+                // The issuer's name with another key: a self-signed impostor certificate.
+                let impostor = try Self.ca(Party("CA", key: signer.key), issuedBy: Party("CA", key: signer.key))
+                let impostorAuthority = try CertificateAuthority(root: impostor, issuer: impostor, issuerKey: signer.key)
+                let der = try CRLEncoder.encode(
+                    authority: impostorAuthority, number: 1, thisUpdate: Date(timeIntervalSince1970: thisUpdate),
+                    nextUpdate: Date(timeIntervalSince1970: nextUpdate), revoked: entries)
+                return try RevocationList(der, issuer: impostor)
+            }
+            let der = try CRLEncoder.encode(
+                authority: authority, number: 1, thisUpdate: Date(timeIntervalSince1970: thisUpdate), nextUpdate: Date(timeIntervalSince1970: nextUpdate),
+                revoked: entries)
+            return try RevocationList(der, issuer: root)
+        }
+        func outcome(_ revocations: RevocationList) async -> String {
+            let refused = await Self.refusal(PeerVerifier(roots: [root], revocations: revocations, clock: Self.now), [leaf])
+            return refused.map { $0.code == .revoked ? "revoked" : $0.message } ?? "trusted"
+        }
+        #expect(await outcome(try list(t - 60, t + 3600)) == "trusted")
+        #expect(await outcome(try list(t - 60, t + 3600, revoked: true)) == "revoked")
+        let stale = await outcome(try list(t - 7200, t - 3600))
+        #expect(stale.contains("the CRL is not current"), "\(stale)")
+        let early = await outcome(try list(t + 60, t + 3600))
+        #expect(early.contains("the CRL is not current"), "\(early)")
+        let impostor = await outcome(try list(t - 60, t + 3600, signer: try Party("CA")))
+        #expect(impostor.contains("not signed by its key"), "\(impostor)")
     }
 
     /// A peer may send at most ``PeerVerifier/maxIntermediates`` certificates after its own:

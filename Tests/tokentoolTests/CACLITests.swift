@@ -113,6 +113,9 @@ struct CACLITests {
         let crl = try tool(["ca", "crl", "--dir", "ca"])
         try openssl.write("crl.pem", crl.out)
         #expect(try openssl.must(["crl", "-in", "crl.pem", "-noout", "-text"]).contains(serial.uppercased()))
+        // The CRL's signer comes from the user, never from the chain the peer sent.
+        let unsigned = try tool(["peer", "verify", "--ca", "ca/root.pem", "--crl", "crl.pem", "device.pem"])
+        #expect(unsigned.status == 2 && unsigned.err.contains("--crl needs --crl-issuer"), "\(unsigned.err)")
         let revoked = try tool(["peer", "verify", "--ca", "ca/root.pem", "--crl", "crl.pem", "--crl-issuer", "ca/issuer.pem", "device.pem"])
         #expect(revoked.status == 1)
         #expect(revoked.err.contains("revoked"))

@@ -45,13 +45,25 @@ public enum SPIFFE {
         return id
     }
 
-    /// The parts of a SPIFFE ID: trust domain and path (without the leading `/`).
+    /// The parts of a SPIFFE ID: trust domain and path (without the leading `/`); nil for a URI
+    /// that breaks the SPIFFE ID rules. The path is empty for a trust domain's own ID
+    /// (`spiffe://td`); otherwise every segment has only letters, digits, `.`, `-` and `_`, and
+    /// none is empty, `.` or `..` (no `%`-escapes, query, fragment or trailing `/`: a relying party
+    /// that compares or normalises paths must not be able to read two names into one).
     public static func parse(_ uri: String) -> (trustDomain: String, path: String)? {
         guard uri.hasPrefix("spiffe://") else { return nil }
         let rest = uri.dropFirst(9)
         let domain = rest.prefix { $0 != "/" }
         guard isTrustDomain(String(domain)) else { return nil }
         let path = rest.dropFirst(domain.count)
-        return (String(domain), path.isEmpty ? "" : String(path.dropFirst()))
+        guard !path.isEmpty else { return (String(domain), "") }
+        for segment in path.utf8.dropFirst().split(separator: 0x2f, omittingEmptySubsequences: false) {
+            guard !segment.isEmpty, !segment.elementsEqual(".".utf8), !segment.elementsEqual("..".utf8),
+                segment.allSatisfy({
+                    (0x61...0x7a).contains($0) || (0x41...0x5a).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2e || $0 == 0x2d || $0 == 0x5f
+                })
+            else { return nil }
+        }
+        return (String(domain), String(path.dropFirst()))
     }
 }

@@ -67,6 +67,9 @@ public struct RevocationList: Sendable {
     public let number: Int64?
     /// Revoked serial numbers (lower-case hex) with the revocation time.
     public let revoked: [String: Date]
+    /// The key the CRL's signature verified with: ``PeerVerifier`` applies the CRL only to a leaf
+    /// whose issuer, in the path it validated, has this key.
+    public let signerKey: Certificate.PublicKey
 
     /// Parses a CRL (DER, or PEM `X509 CRL`) and verifies its signature with `issuer`'s key.
     public init(_ bytes: [UInt8], issuer: Certificate) throws(PeerCAError) {
@@ -128,6 +131,7 @@ public struct RevocationList: Sendable {
             self.nextUpdate = fields.2
             self.number = number
             self.revoked = revoked
+            self.signerKey = issuer.publicKey
         } catch let error as PeerCAError {
             throw error
         } catch {

@@ -45,7 +45,10 @@ public struct PeerVerifier: Sendable {
     /// Expected trust domain; nil accepts any trust domain (still one SPIFFE URI SAN).
     public let trustDomain: String?
     /// The latest CRL, already verified against its CA. It applies to the certificates that CA
-    /// issued (leaf issuer name = CRL issuer name).
+    /// issued (leaf issuer name = CRL issuer name); for those, its signer's key must be that of the
+    /// leaf's issuer in the validated path (not of a certificate the peer merely sent along), and
+    /// it must be current (thisUpdate ≤ now ≤ nextUpdate) or the leaf is refused: an old CRL,
+    /// replayed from before a revocation, would otherwise hide it.
     public let revocations: RevocationList?
     /// Where the verification time comes from: every certificate in the chain must be within its
     /// validity period (notBefore through notAfter, inclusive) at the time read when a chain is verified.
@@ -115,7 +118,8 @@ public struct PeerVerifier: Sendable {
         let validationTime = Date(timeIntervalSince1970: clock.now.rounded(.down))
         var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
             RFC5280Policy(fixedExpiryValidationTime: validationTime)
-            PeerLeafPolicy(trustDomain: trustDomain, role: role, revocations: revocations, requireSPIFFEID: requireSPIFFEID)
+            PeerLeafPolicy(
+                trustDomain: trustDomain, role: role, revocations: revocations, requireSPIFFEID: requireSPIFFEID, validationTime: validationTime)
         }
         return await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
     }
@@ -138,6 +142,8 @@ struct PeerLeafPolicy: VerifierPolicy {
     /// Whether the leaf must name exactly one SPIFFE ID (in `trustDomain`, if set). Always true
     /// for ``PeerVerifier/verify(chain:role:)``.
     let requireSPIFFEID: Bool
+    /// The time the CRL must be current at (the chain's validation time).
+    let validationTime: Date
 
     let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [
         .X509ExtensionID.extendedKeyUsage, .X509ExtensionID.subjectAlternativeName, .X509ExtensionID.keyUsage,
@@ -165,8 +171,12 @@ struct PeerLeafPolicy: VerifierPolicy {
 
     func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
         let leaf = chain.leaf
-        if case .isCertificateAuthority? = try? leaf.extensions.basicConstraints {
-            return .failsToMeetPolicy(reason: "the leaf is a CA certificate")
+        // A malformed basic constraints extension is refused, not read as "not a CA" (OpenSSL
+        // reads `30060101FF020101FF`, trailing bytes and all, as CA:TRUE).
+        switch Result(catching: { try leaf.extensions.basicConstraints }) {
+        case .failure: return .failsToMeetPolicy(reason: "the leaf's basic constraints extension is malformed")
+        case .success(.isCertificateAuthority?): return .failsToMeetPolicy(reason: "the leaf is a CA certificate")
+        case .success: break
         }
         // RFC 5280 §4.2.1.9: a certificate that is not a CA must not assert keyCertSign.
         switch Self.keyCertSign(leaf) {
@@ -192,7 +202,7 @@ struct PeerLeafPolicy: VerifierPolicy {
             return .failsToMeetPolicy(reason: "the leaf's extended key usage lacks \(role == .client ? "clientAuth" : "serverAuth")")
         }
         if requireSPIFFEID {
-            guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri) else {
+            guard let uri = PeerLeafPolicy.spiffeURI(leaf), let parts = SPIFFE.parse(uri), !parts.path.isEmpty else {
                 return .failsToMeetPolicy(reason: "the leaf does not name exactly one SPIFFE ID")
             }
             if let trustDomain, parts.trustDomain != trustDomain {
@@ -200,9 +210,21 @@ struct PeerLeafPolicy: VerifierPolicy {
             }
         }
         // A serial number names a certificate only together with its issuer (RFC 5280 §4.1.2.2):
-        // the CRL speaks for the certificates of the CA that issued it, not for another CA's.
-        if let revocations, revocations.issuer == leaf.issuer, revocations.isRevoked(leaf.serialNumber) {
-            return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason)
+        // the CRL speaks for the certificates of the CA that issued it, not for another CA's
+        // (x509-limbo crl::certificate-serial-on-crl-different-issuer). For its own CA's it must
+        // be signed by that CA's key as the validated path has it (not by a certificate of the
+        // same name that the peer sent along), and be current: an old CRL, from before a
+        // revocation, hid it.
+        if let revocations, revocations.issuer == leaf.issuer {
+            guard let issuer = chain.dropFirst().first, issuer.publicKey == revocations.signerKey else {
+                return .failsToMeetPolicy(reason: "the CRL names the leaf's issuer but is not signed by its key")
+            }
+            guard let nextUpdate = revocations.nextUpdate, revocations.thisUpdate <= validationTime, validationTime <= nextUpdate else {
+                let next = revocations.nextUpdate.map { ISO8601Text.string($0) } ?? "none"
+                return .failsToMeetPolicy(
+                    reason: "the CRL is not current (thisUpdate \(ISO8601Text.string(revocations.thisUpdate)), nextUpdate \(next)): fetch the CA's latest")
+            }
+            if revocations.isRevoked(leaf.serialNumber) { return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason) }
         }
         return .meetsPolicy
     }
