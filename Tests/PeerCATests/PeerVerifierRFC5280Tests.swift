@@ -181,6 +181,22 @@ struct PeerVerifierRFC5280Tests {
         #expect(impostor.contains("not signed by its key"), "\(impostor)")
     }
 
+    /// A leaf whose basic constraints extension does not parse is refused, not read as "not a
+    /// CA": OpenSSL reads this one (a BOOLEAN TRUE and an INTEGER, then a stray byte) as CA:TRUE.
+    @Test func aLeafWithMalformedBasicConstraintsIsRefused() async throws {
+        let ca = try Party("CA"), alice = try Party("alice")
+        let root = try Self.ca(ca, issuedBy: ca)
+        let malformed = try Self.certificate(alice, issuedBy: ca, extensions: try Certificate.Extensions {
+            Certificate.Extension(oid: .X509ExtensionID.basicConstraints, critical: true, value: [0x30, 0x06, 0x01, 0x01, 0xFF, 0x02, 0x01, 0x01, 0xFF])
+            Critical(KeyUsage(digitalSignature: true))
+            try ExtendedKeyUsage([.clientAuth, .serverAuth])
+            SubjectAlternativeNames([.uniformResourceIdentifier(Self.spiffeID)])
+        })
+        let refused = await Self.refusal(PeerVerifier(roots: [root], clock: Self.now), [malformed])
+        #expect(refused?.message.contains("basic constraints extension is malformed") == true, "\(String(describing: refused))")
+        #expect(await Self.refusal(PeerVerifier(roots: [root], clock: Self.now), [try Self.leaf(alice, issuedBy: ca)]) == nil)
+    }
+
     /// A peer may send at most ``PeerVerifier/maxIntermediates`` certificates after its own:
     /// path building tried every presented certificate with a matching subject as an issuer, and
     /// x509-limbo's chain of 100 same-subject intermediates kept the verifier busy for 12 s. Within
