@@ -56,7 +56,7 @@ public final class IssuerKeyRing: Sendable {
     func keyPath(_ kid: String) -> String { (directory as NSString).appendingPathComponent("\(kid).pem") }
 
     /// Makes a new key directory with a current and a next key; refuses an existing manifest
-    /// (``PeerCAError/Code/fileExists``) before it makes a key. All or nothing: keys whose
+    /// (`PeerCAError.Code.fileExists`) before it makes a key. All or nothing: keys whose
     /// manifest could not be written are deleted again.
     public static func initialize(directory: String) throws(PeerCAError) {
         do {
