@@ -147,8 +147,20 @@ struct Exchange: AsyncParsableCommand {
         } timedOut: {
             .failure(CLIExit.usage("\(base) did not answer in full within \(timeout.rounded() == timeout ? String(Int(timeout)) : String(timeout)) s"))
         }
-        try? await client.shutdown()
-        let (status, text) = try outcome.get()
+        do {
+            let (status, text) = try outcome.get()
+            try? await client.shutdown()
+            try Self.report(status: status, text: text, json: json)
+        } catch {
+            // Failed or out of time: the process ends now, and does not wait for the client to
+            // close a connection on which a server may still be trickling its answer.
+            Task { try? await client.shutdown() }
+            throw error
+        }
+    }
+
+    /// Prints the issued token (or the whole answer), or refuses with the server's error.
+    private static func report(status: UInt, text: String, json: Bool) throws {
         let answer = (try? JSONValue.parse(Array(text.utf8)))?.objectValue ?? [:]
         guard status == 200, let issued = answer["access_token"]?.stringValue else {
             let error = answer["error"]?.stringValue ?? "HTTP \(status)"

@@ -95,7 +95,7 @@ struct PeerVerifyCommand: AsyncParsableCommand {
                 throw CLIExit.usage("--crl needs --crl-issuer: the certificate of the CA that signed the CRL (not one the peer sent)")
             }
             guard let issuerCertificate = try Self.certificates(crlIssuer).first else { throw CLIExit.usage("no certificate in \(crlIssuer)") }
-            let list = try RevocationList(try Input.read(crl), issuer: issuerCertificate)
+            let list = try RevocationList(try Input.read(crl, limit: Input.largestCRL), issuer: issuerCertificate)
             // Asked to check revocation, say so when this CRL cannot: it is another CA's.
             guard list.issuer == presented[0].issuer else {
                 throw CLIExit.usage("the CRL was issued by \(list.issuer), not by the certificate's issuer \(presented[0].issuer): revocation cannot be checked with it")

@@ -15,8 +15,8 @@ extension JWTVerifier.Engine: ExpressibleByArgument {}
 enum Input {
     /// Reads a file, or standard input for "-". A file that cannot be read is a usage error that
     /// says why (no such file, a directory, permission denied).
-    static func read(_ path: String) throws -> [UInt8] {
-        if path == "-" { return try readAll(STDIN_FILENO, name: "standard input") }
+    static func read(_ path: String, limit: Int = largestInput) throws -> [UInt8] {
+        if path == "-" { return try readAll(STDIN_FILENO, name: "standard input", limit: limit) }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
             throw CLIExit.usage("cannot read \(path): it is a directory")
@@ -24,16 +24,18 @@ enum Input {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw CLIExit.usage("cannot read \(path): \(reason(errno))") }
         defer { close(descriptor) }
-        return try readAll(descriptor, name: path)
+        return try readAll(descriptor, name: path, limit: limit)
     }
 
-    /// The most a file or standard input given to a command may hold. Keys, tokens, claims, CSRs
-    /// and passphrases are kilobytes; without a limit, `--key /dev/zero` (or a disk image named
-    /// by mistake) read until memory ran out.
+    /// The most a file or standard input given to a command may hold by default. Keys, tokens,
+    /// claims, CSRs and passphrases are kilobytes; without a limit, `--key /dev/zero` (or a disk
+    /// image named by mistake) read until memory ran out. (A CRL is read with ``largestCRL``.)
     static let largestInput = 16 << 20
+    /// The most a CRL may hold: a PEM CRL passes 16 MiB at about 250,000 revoked certificates.
+    static let largestCRL = 1 << 30
 
-    /// Everything `descriptor` gives until its end, refused past ``largestInput``.
-    static func readAll(_ descriptor: Int32, name: String) throws -> [UInt8] {
+    /// Everything `descriptor` gives until its end, refused past `limit` bytes.
+    static func readAll(_ descriptor: Int32, name: String, limit: Int = largestInput) throws -> [UInt8] {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
@@ -44,8 +46,8 @@ enum Input {
             }
             if count == 0 { return bytes }
             bytes += chunk[0..<count]
-            if bytes.count > largestInput {
-                throw CLIExit.usage("\(name) holds more than \(largestInput >> 20) MiB: no key, token, claims, CSR or passphrase is that large")
+            if bytes.count > limit {
+                throw CLIExit.usage("\(name) holds more than \(limit >> 20) MiB, more than this command reads")
             }
         }
     }

@@ -249,8 +249,9 @@ struct LedgerUpgradeTests {
                 try await client.withConnection { connection in
                     try await connection.query("BEGIN", logger: logger)
                     try await connection.query("LOCK TABLE certificates IN ACCESS SHARE MODE", logger: logger)
-                    // The holder commits after 10 s at the latest: a migration still waiting then
-                    // (no limit) would otherwise wait for this test forever.
+                    // The holder commits after 60 s at the latest: a migration still waiting then
+                    // (no limit) would otherwise wait for this test forever. (60, not 10: under the
+                    // whole suite's load, connecting alone has taken seconds.)
                     let ended = Atomic<Bool>(false)
                     let attempt = Task { () -> PeerCAError? in
                         defer { ended.store(true, ordering: .releasing) }
@@ -259,7 +260,7 @@ struct LedgerUpgradeTests {
                             return nil
                         } catch { return error }
                     }
-                    let refusedInTime = await eventually(within: .seconds(10)) { ended.load(ordering: .acquiring) }
+                    let refusedInTime = await eventually(within: .seconds(60)) { ended.load(ordering: .acquiring) }
                     try await connection.query("COMMIT", logger: logger)
                     let refused = await attempt.value
                     #expect(refusedInTime, "refused at its limit, not after the holder")
@@ -287,11 +288,21 @@ struct LedgerUpgradeTests {
                 defer { services.cancelAll() }
                 try await client.withConnection { connection in
                     for try await _ in try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger) {}
-                    let started = ContinuousClock.now
-                    let refused = await #expect(throws: PeerCAError.self) { try await ledger.migrate(migrationWait: .milliseconds(500)) }
-                    #expect(ContinuousClock.now - started < .seconds(10))
+                    // The lock is let go after 60 s at the latest: a migration still waiting then
+                    // (no limit) would otherwise wait for this test forever.
+                    let ended = Atomic<Bool>(false)
+                    let attempt = Task { () -> PeerCAError? in
+                        defer { ended.store(true, ordering: .releasing) }
+                        do throws(PeerCAError) {
+                            try await ledger.migrate(migrationWait: .milliseconds(500))
+                            return nil
+                        } catch { return error }
+                    }
+                    let refusedInTime = await eventually(within: .seconds(60)) { ended.load(ordering: .acquiring) }
+                    for try await _ in try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger) {}
+                    let refused = await attempt.value
+                    #expect(refusedInTime, "refused at its limit, not once the lock was let go")
                     #expect(refused?.message.contains("another instance's migration went on for more than 0.5 seconds") == true, "\(String(describing: refused))")
-                    try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger)
                 }
                 try await ledger.migrate(migrationWait: .milliseconds(500))
                 try await ledger.record(entry("0a01"), claiming: nil)

@@ -152,29 +152,36 @@ struct IssuanceTests {
         #expect(try await test.ca.ledger.recent(limit: 10).count == 1)
     }
 
-    /// An `auth_time` that is not a NumericDate in range is refused with a typed error, with or
-    /// without an age limit: far in the past it trapped when the refusal printed the sign-in's
-    /// age, far in the future it passed any limit, and as a string it was replaced by `iat`.
-    /// (`null` is no `auth_time`: `iat` stands in.) A limit no `Int` holds, set in code, is printed
-    /// as it is.
-    @Test func anAuthTimeOutOfRangeOrNotANumberIsRefused() async throws {
+    /// An `auth_time` that is not a NumericDate in range says nothing about the sign-in: under an
+    /// age limit it is refused with a typed error that says so (far in the past it trapped when
+    /// the refusal printed the sign-in's age; far in the future it passed any limit; a string was
+    /// replaced by `iat`, so a stale sign-in passed), and without one it is ignored — the
+    /// identity has no sign-in time, and the session starts at `iat` (ADFS and others have sent
+    /// ISO 8601 text there). `null` is no `auth_time`: `iat` stands in. A limit no `Int` holds,
+    /// set in code, is printed as it is.
+    @Test func anAuthTimeOutOfRangeOrNotANumberSaysNothing() async throws {
         let openssl = try OpenSSL()
         let csr = try openssl.csr("p256", name: "d")
         let now = Date().timeIntervalSince1970
-        for limit in [600, nil] as [TimeInterval?] {
-            let test = try TestCA { $0.maximumSignInAge = limit; $0.factorPolicy.maximumSignInAge = limit }
-            for bad in [JSONValue.number("-1e300"), .number("1e300"), .number("-1"), .number("253402300800"), .string("\(Int(now))")] {
-                let token = try Tokens.verified(Tokens.claims(extra: ["auth_time": bad]))
-                let error = await #expect(throws: PeerCAError.self, "\(bad)") { _ = try await test.ca.issue(token: token, csr: csr) }
-                #expect(error?.code == .policyViolation)
-                #expect(error?.message.contains("\"auth_time\" must be a NumericDate") == true, "\(String(describing: error))")
-            }
-            let fine = try Tokens.verified(Tokens.claims(extra: ["auth_time": .number("\(Int(now) - 5).5")]))
-            #expect(try await test.ca.issue(token: fine, csr: csr).identity.latestSignIn?.timeIntervalSince1970 == Double(Int(now) - 5) + 0.5)
-            let null = try Tokens.verified(Tokens.claims(extra: ["auth_time": .null]))
-            #expect(try await test.ca.issue(token: null, csr: csr).identity.latestSignIn == null.claims.issuedAtDate)
-            #expect(try await test.ca.ledger.recent(limit: 10).count == 2)
+        let unreadable = [JSONValue.number("-1e300"), .number("1e300"), .number("-1"), .number("253402300800"), .string("2026-11-27T10:00:00Z")]
+        let limited = try TestCA { $0.maximumSignInAge = 600; $0.factorPolicy.maximumSignInAge = 600 }
+        for bad in unreadable {
+            let token = try Tokens.verified(Tokens.claims(extra: ["auth_time": bad]))
+            let error = await #expect(throws: PeerCAError.self, "\(bad)") { _ = try await limited.ca.issue(token: token, csr: csr) }
+            #expect(error?.code == .policyViolation)
+            #expect(error?.message.contains("\"auth_time\" is not a NumericDate") == true, "\(String(describing: error))")
         }
+        let unlimited = try TestCA()
+        for bad in unreadable {
+            let token = try Tokens.verified(Tokens.claims(extra: ["auth_time": bad]))
+            let issued = try await unlimited.ca.issue(token: token, csr: csr)
+            #expect(issued.identity.latestSignIn == nil, "\(bad)")
+            #expect(try await unlimited.ca.ledger.entry(serial: issued.serial)?.sessionStart == token.claims.issuedAtDate, "\(bad)")
+        }
+        let fine = try Tokens.verified(Tokens.claims(extra: ["auth_time": .number("\(Int(now) - 5).5")]))
+        #expect(try await limited.ca.issue(token: fine, csr: csr).identity.latestSignIn?.timeIntervalSince1970 == Double(Int(now) - 5) + 0.5)
+        let null = try Tokens.verified(Tokens.claims(extra: ["auth_time": .null]))
+        #expect(try await limited.ca.issue(token: null, csr: csr).identity.latestSignIn == null.claims.issuedAtDate)
         var odd = try IssuancePolicy(appID: "app-1234", trustDomainSuffix: "peers.example", provider: "idp")
         odd.factorPolicy.maximumSignInAge = .nan
         let old = try Tokens.verified(Tokens.claims(extra: ["auth_time": .integer(Int(now) - 60)]))

@@ -60,8 +60,8 @@ struct ExchangeCLITests {
     /// and then its body a little at a time: AsyncHTTPClient's deadline covered the head only,
     /// and the command waited as long as the server kept sending.
     @Test func anExchangeEndsWithinItsTimeout() async throws {
-        // 64 KiB a KiB a second: a minute, were the body not cut off.
-        let server = try KeyServer(plain: true, routes: ["/v1/token": Route(body: String(repeating: " ", count: 64 * 1024), trickle: 1)])
+        // 128 KiB a KiB a second: two minutes, were the body not cut off.
+        let server = try KeyServer(plain: true, routes: ["/v1/token": Route(body: String(repeating: " ", count: 128 * 1024), trickle: 1)])
         defer { server.stop() }
         let started = Date()
         let result = try await runDetached(
@@ -69,7 +69,7 @@ struct ExchangeCLITests {
         let took = Date().timeIntervalSince(started)
         #expect(result.status == 2, "\(result.out)\(result.err)")
         #expect(result.err.contains("did not answer in full within 1.5 s"), "\(result.err)")
-        #expect(took < 20, "took \(took) s")  // 1.5 s and the process's start and exit, with room for a busy machine
+        #expect(took < 60, "took \(took) s")  // 1.5 s and the process's start and exit, with room for a busy machine
         #expect(server.requests.contains { $0.hasPrefix("POST 127.0.0.1/v1/token") }, "\(server.requests)")
         #expect(try run(tokentoolExecutable, ["exchange", "--url", "http://x", "--provider", "p", "--audience", "a", "--timeout", "0", "a.b.c"]).status == 2)
     }

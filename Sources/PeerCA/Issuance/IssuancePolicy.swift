@@ -75,16 +75,20 @@ public struct IssuancePolicy: Sendable {
         guard account.utf8.count <= 64 else {
             throw PeerCAError(.policyViolation, "the account UID \"\(String(account.prefix(40)))…\" is longer than 64 bytes (it becomes the CN)")
         }
-        // OIDC's auth_time is a NumericDate, range-checked like exp, nbf and iat: one out of range
-        // made the sign-in age unprintable (a trap), and a malformed one is not replaced by `iat`
-        // (later than the sign-in: a stale sign-in would pass an age limit). `null` is none.
+        // OIDC's auth_time is a NumericDate, range-checked like exp, nbf and iat. One that is not
+        // (a string: ADFS and others have sent ISO 8601 text; a number out of range, which trapped
+        // when an age limit's refusal printed the age) says nothing about the sign-in: not `iat`
+        // in its place (later than the sign-in, a stale one would pass an age limit), so an age
+        // limit refuses it and without one it is ignored. `null` is no auth_time: `iat` stands in.
         let authTime: Date?
+        var unreadableAuthTime = false
         if let value = payload["auth_time"], value != .null {
-            guard let seconds = value.doubleValue, seconds.isFinite, seconds >= 0, seconds <= RegisteredClaims.maximumDate else {
-                throw PeerCAError(
-                    .policyViolation, "\"auth_time\" must be a NumericDate: a JSON number of seconds from 0 to \(Int(RegisteredClaims.maximumDate))")
+            if let seconds = value.doubleValue, seconds.isFinite, seconds >= 0, seconds <= RegisteredClaims.maximumDate {
+                authTime = Date(timeIntervalSince1970: seconds)
+            } else {
+                authTime = nil
+                unreadableAuthTime = true
             }
-            authTime = Date(timeIntervalSince1970: seconds)
         } else {
             authTime = token.claims.issuedAtDate
         }
@@ -105,6 +109,11 @@ public struct IssuancePolicy: Sendable {
         }
         if let maximumSignInAge {
             guard let latest = factors.compactMap(\.signedInAt).max() else {
+                if unreadableAuthTime {
+                    throw PeerCAError(
+                        .policyViolation,
+                        "the token's \"auth_time\" is not a NumericDate (a JSON number of seconds from 0 to \(Int(RegisteredClaims.maximumDate))), so the sign-in's age is unknown")
+                }
                 throw PeerCAError(.policyViolation, "the token says nothing about when the user signed in (auth_time or iat)")
             }
             guard now.timeIntervalSince(latest) <= maximumSignInAge else {

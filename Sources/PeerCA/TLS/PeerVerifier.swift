@@ -47,8 +47,11 @@ public struct PeerVerifier: Sendable {
     /// The latest CRL, already verified against its CA. It applies to the certificates that CA
     /// issued (leaf issuer name = CRL issuer name); for those, its signer's key must be that of the
     /// leaf's issuer in the validated path (not of a certificate the peer merely sent along), and
-    /// it must be current (thisUpdate ≤ now ≤ nextUpdate) or the leaf is refused: an old CRL,
-    /// replayed from before a revocation, would otherwise hide it.
+    /// it must be current (thisUpdate ≤ now + ``crlClockSkew``, now ≤ nextUpdate) or the leaf is
+    /// refused, as OpenSSL's `crl_check` refuses an expired CRL: an old CRL, replayed from before
+    /// a revocation, would otherwise hide it. So a verifier (and a ``PeerTLS`` made with it) must
+    /// be made again with the CA's latest CRL before its nextUpdate — the CA's `GET /v1/crl`
+    /// gives a new one at least every half validity.
     public let revocations: RevocationList?
     /// Where the verification time comes from: every certificate in the chain must be within its
     /// validity period (notBefore through notAfter, inclusive) at the time read when a chain is verified.
@@ -66,6 +69,10 @@ public struct PeerVerifier: Sendable {
         self.revocations = revocations
         self.clock = clock
     }
+
+    /// How far a CRL's thisUpdate may lie ahead of the verification time (the CA's clock ahead of
+    /// this one): 300 s, as far as the CA backdates a certificate's notBefore.
+    public static let crlClockSkew: TimeInterval = 300
 
     /// The most certificates a presented chain may carry after the leaf. Path building tries every
     /// presented certificate with the right subject as an issuer: 100 intermediates sharing one
@@ -219,7 +226,11 @@ struct PeerLeafPolicy: VerifierPolicy {
             guard let issuer = chain.dropFirst().first, issuer.publicKey == revocations.signerKey else {
                 return .failsToMeetPolicy(reason: "the CRL names the leaf's issuer but is not signed by its key")
             }
-            guard let nextUpdate = revocations.nextUpdate, revocations.thisUpdate <= validationTime, validationTime <= nextUpdate else {
+            // thisUpdate is the CA's clock: a device a little behind it must not refuse every peer
+            // for a while after each new CRL (certificates are backdated for the same reason).
+            guard let nextUpdate = revocations.nextUpdate, revocations.thisUpdate <= validationTime + PeerVerifier.crlClockSkew,
+                validationTime <= nextUpdate
+            else {
                 let next = revocations.nextUpdate.map { ISO8601Text.string($0) } ?? "none"
                 return .failsToMeetPolicy(
                     reason: "the CRL is not current (thisUpdate \(ISO8601Text.string(revocations.thisUpdate)), nextUpdate \(next)): fetch the CA's latest")
