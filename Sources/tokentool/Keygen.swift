@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PeerCA
 import TokenKit
 
 struct Keygen: ParsableCommand {
@@ -74,22 +75,15 @@ struct Keygen: ParsableCommand {
             }
             privateBytes = secret
         }
-        let publicText = try publicOut.map { _ in format == .jwk ? try key.publicKey.jwkText() + "\n" : try key.publicPEM() }
-        // Both halves or neither: a public file that exists is refused before the private one is
-        // written, and a private key whose public half could not be written goes again.
-        if let publicOut, FileManager.default.fileExists(atPath: publicOut) {
-            throw CLIExit.usage("\(publicOut) exists; tokentool never overwrites key files")
+        let publicFile = try publicOut.map { path in
+            SecureFile.NewFile(path: path, contents: Array((format == .jwk ? try key.publicKey.jwkText() + "\n" : try key.publicPEM()).utf8), mode: 0o644)
         }
+        // Both halves or neither: a private key whose public half could not be written goes again.
         if let out {
-            try Output.writeNew(out, contents: privateBytes, mode: 0o600)
+            try Output.writeAllNew([SecureFile.NewFile(path: out, contents: privateBytes, mode: 0o600)] + (publicFile.map { [$0] } ?? []))
         } else {
             Output.raw(privateBytes)
-        }
-        if let publicOut, let publicText {
-            do { try Output.writeNew(publicOut, contents: Array(publicText.utf8), mode: 0o644) } catch {
-                if let out { unlink(out) }
-                throw error
-            }
+            if let publicFile { try Output.writeAllNew([publicFile]) }
         }
         if let out { printError("wrote \(key.isPrivate ? "private " : "")\(key.type) key to \(out) (mode 0600)") }
         if let publicOut { printError("wrote public key to \(publicOut); thumbprint \(try key.thumbprint())") }

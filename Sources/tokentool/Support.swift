@@ -168,8 +168,13 @@ enum SecretEncoding: String, ExpressibleByArgument, CaseIterable {
 enum Output {
     /// Writes a file that must not exist yet, atomically (temporary file, then link), with `mode`.
     static func writeNew(_ path: String, contents: [UInt8], mode: mode_t) throws {
-        do throws(SecureFileError) { try SecureFile.writeNew(path, contents, mode: mode) } catch {
-            throw CLIExit.usage(error.code == .exists ? "\(path) exists; tokentool never overwrites key files" : error.message)
+        try writeAllNew([SecureFile.NewFile(path: path, contents: contents, mode: mode)])
+    }
+
+    /// ``writeNew(_:contents:mode:)`` for several files, all or nothing (``SecureFile/writeAllNew(_:)``).
+    static func writeAllNew(_ files: [SecureFile.NewFile]) throws {
+        do throws(SecureFileError) { try SecureFile.writeAllNew(files) } catch {
+            throw CLIExit.usage(error.code == .exists ? "\(error.path) exists; tokentool never overwrites key files" : error.message)
         }
     }
 

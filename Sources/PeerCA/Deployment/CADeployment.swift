@@ -43,10 +43,13 @@ public struct CADeployment: Sendable {
     /// Writes `ca.json` (mode 0644, or 0600 when its store URL holds a password); refuses to
     /// replace an existing one.
     public func writeSettings(_ settings: CASettings) throws(PeerCAError) {
-        let bytes = try settings.encoded()
-        try caFile { () throws(SecureFileError) in
-            try SecureFile.writeNew(settingsPath, bytes, mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)
-        }
+        let file = try settingsFile(settings)
+        try caFile { () throws(SecureFileError) in try SecureFile.writeNew(file.path, file.contents, mode: file.mode) }
+    }
+
+    /// `ca.json` for `settings`: mode 0644, or 0600 when its store URL holds a password.
+    private func settingsFile(_ settings: CASettings) throws(PeerCAError) -> SecureFile.NewFile {
+        SecureFile.NewFile(path: settingsPath, contents: try settings.encoded(), mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)
     }
 
     /// Creates the CA: keys and certificates (``CAFiles/create(_:passphrase:)``), then `ca.json`.
@@ -55,10 +58,7 @@ public struct CADeployment: Sendable {
     /// those written before it).
     public func create(_ material: CertificateAuthority.Material, settings: CASettings, passphrase: String?) throws(PeerCAError) {
         _ = try settings.issuancePolicy()  // a trust domain that cannot be used is refused before any file is written
-        let bytes = try settings.encoded()
-        try files.create(
-            material, passphrase: passphrase,
-            then: [CAFiles.NewFile(path: settingsPath, contents: bytes, mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)])
+        try files.create(material, passphrase: passphrase, then: [try settingsFile(settings)])
     }
 
     /// Where the ledger is: `override` when given (an operator's `--store`), else the settings'

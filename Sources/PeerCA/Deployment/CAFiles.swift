@@ -42,9 +42,9 @@ public struct CAFiles: Sendable {
         try create(material, passphrase: passphrase, then: [])
     }
 
-    /// ``create(_:passphrase:)``, and `more` files (path, contents, mode) after the material, in
-    /// the same all-or-nothing write.
-    func create(_ material: CertificateAuthority.Material, passphrase: String?, then more: [NewFile]) throws(PeerCAError) {
+    /// ``create(_:passphrase:)``, and `more` files after the material, in the same
+    /// all-or-nothing write (``SecureFile/writeAllNew(_:)``).
+    func create(_ material: CertificateAuthority.Material, passphrase: String?, then more: [SecureFile.NewFile]) throws(PeerCAError) {
         let intermediate = material.intermediateKey != nil
         let paths = [rootCertificate, issuerCertificate, issuerKey] + (intermediate ? [rootKey] : []) + more.map(\.path)
         if let existing = paths.first(where: { FileManager.default.fileExists(atPath: $0) }) {
@@ -53,33 +53,19 @@ public struct CAFiles: Sendable {
         let issuerKeyPEM = try material.issuerKeyPEM(passphrase: passphrase)
         let rootKeyPEM = intermediate ? try material.rootKeyPEM(passphrase: passphrase) : nil
         let files =
-            [NewFile(path: issuerKey, contents: Array(issuerKeyPEM.utf8), mode: 0o600)]
-            + (rootKeyPEM.map { [NewFile(path: rootKey, contents: Array($0.utf8), mode: 0o600)] } ?? [])
+            [SecureFile.NewFile(path: issuerKey, contents: Array(issuerKeyPEM.utf8), mode: 0o600)]
+            + (rootKeyPEM.map { [SecureFile.NewFile(path: rootKey, contents: Array($0.utf8), mode: 0o600)] } ?? [])
             + [
-                NewFile(path: rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644),
-                NewFile(path: issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644),
+                SecureFile.NewFile(path: rootCertificate, contents: Array(material.authority.root.pemString.utf8), mode: 0o644),
+                SecureFile.NewFile(path: issuerCertificate, contents: Array(material.authority.issuer.pemString.utf8), mode: 0o644),
             ] + more
         let madeDirectory = !FileManager.default.fileExists(atPath: directory)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch { throw PeerCAError(.io, "cannot create \(directory)") }
-        var written: [String] = []
-        do throws(SecureFileError) {
-            for file in files {
-                try SecureFile.writeNew(file.path, file.contents, mode: file.mode)
-                written.append(file.path)
-            }
-        } catch {
-            for path in written.reversed() { unlink(path) }
+        do throws(SecureFileError) { try SecureFile.writeAllNew(files) } catch {
             if madeDirectory { rmdir(directory) }
             throw PeerCAError(error)
         }
-    }
-
-    /// A file ``create(_:passphrase:then:)`` writes.
-    struct NewFile {
-        let path: String
-        let contents: [UInt8]
-        let mode: mode_t
     }
 }

@@ -77,6 +77,34 @@ public enum SecureFile {
         }
     }
 
+    /// A file for ``writeAllNew(_:)``.
+    package struct NewFile: Sendable {
+        package let path: String
+        package let contents: [UInt8]
+        package let mode: mode_t
+        package init(path: String, contents: [UInt8], mode: mode_t) {
+            self.path = path
+            self.contents = contents
+            self.mode = mode
+        }
+    }
+
+    /// ``writeNew(_:_:mode:)`` for each file in order, all or nothing: when one cannot be
+    /// written, those written before it are removed again, so that a retry does not find part of
+    /// the set and refuse to overwrite it.
+    package static func writeAllNew(_ files: [NewFile]) throws(SecureFileError) {
+        var written: [String] = []
+        do {
+            for file in files {
+                try writeNew(file.path, file.contents, mode: file.mode)
+                written.append(file.path)
+            }
+        } catch {
+            for path in written.reversed() { unlink(path) }
+            throw error
+        }
+    }
+
     /// Refuses a secret file that group or others can read.
     public static func checkPrivate(_ path: String) throws(SecureFileError) {
         guard let mode = permissions(path) else { throw SecureFileError(.io, path: path, "cannot read \(path)") }

@@ -68,13 +68,11 @@ public final class IssuerKeyRing: Sendable {
             if FileManager.default.fileExists(atPath: ring.manifestPath) {
                 throw PeerCAError(.fileExists, "\(ring.manifestPath) exists; the issuer keys are never made again (rotate them)")
             }
-            let current = try ring.newKey()
-            try ring.deletingOnFailure([current]) { () throws(PeerCAError) in
-                let next = try ring.newKey()
-                try ring.deletingOnFailure([next]) { () throws(PeerCAError) in
-                    try ring.writeManifest(Manifest(keys: [Entry(kid: current, state: .current), Entry(kid: next, state: .next)]), replacing: false)
-                }
-            }
+            let current = try ring.newKey(), next = try ring.newKey()
+            let manifest = try ring.manifestBytes(Manifest(keys: [Entry(kid: current.kid, state: .current), Entry(kid: next.kid, state: .next)]))
+            do throws(SecureFileError) {
+                try SecureFile.writeAllNew([current.file, next.file, SecureFile.NewFile(path: ring.manifestPath, contents: manifest, mode: 0o644)])
+            } catch { throw PeerCAError(error) }
         }
     }
 
@@ -115,20 +113,25 @@ public final class IssuerKeyRing: Sendable {
     /// ``rotate(directory:retiredKeyLifetime:now:)`` under the directory's lock: two rotations at
     /// once each made a new key, and the manifest renamed last named only its own.
     private func rotate(retiredKeyLifetime: TimeInterval, now: Date) throws(PeerCAError) -> [Entry] {
-        let ring = self
-        var manifest = try ring.readManifest()
+        var manifest = try readManifest()
         guard let current = manifest.keys.firstIndex(where: { $0.state == .current }),
             let next = manifest.keys.firstIndex(where: { $0.state == .next })
-        else { throw PeerCAError(.invalidSettings, "\(ring.manifestPath) needs a current and a next key") }
+        else { throw PeerCAError(.invalidSettings, "\(manifestPath) needs a current and a next key") }
         manifest.keys[current].state = .retired
         manifest.keys[current].publishUntil = now.addingTimeInterval(retiredKeyLifetime)
         manifest.keys[next].state = .current
-        let added = try ring.newKey()
-        manifest.keys.append(Entry(kid: added, state: .next))
+        let added = try newKey()
+        manifest.keys.append(Entry(kid: added.kid, state: .next))
         let expired = manifest.keys.filter { $0.state == .retired && ($0.publishUntil ?? .distantPast) <= now }
         manifest.keys.removeAll { entry in expired.contains(entry) }
-        try ring.deletingOnFailure([added]) { () throws(PeerCAError) in try ring.writeManifest(manifest, replacing: true) }
-        for entry in expired { unlink(ring.keyPath(entry.kid)) }
+        do throws(SecureFileError) { try SecureFile.writeNew(added.file.path, added.file.contents, mode: added.file.mode) } catch {
+            throw PeerCAError(error)
+        }
+        do { try replaceManifest(manifest) } catch {
+            unlink(added.file.path)  // a key the manifest does not name
+            throw error
+        }
+        for entry in expired { unlink(keyPath(entry.kid)) }
         return manifest.keys
     }
 
@@ -150,24 +153,15 @@ public final class IssuerKeyRing: Sendable {
         return try body()
     }
 
-    /// `body`, deleting the key files of `kids` when it throws.
-    private func deletingOnFailure<T>(_ kids: [String], _ body: () throws(PeerCAError) -> T) throws(PeerCAError) -> T {
-        do { return try body() } catch {
-            for kid in kids { unlink(keyPath(kid)) }
-            throw error
-        }
-    }
-
-    private func newKey() throws(PeerCAError) -> String {
+    /// A new ES256 key, named by its thumbprint, and its file (not written yet).
+    private func newKey() throws(PeerCAError) -> (kid: String, file: SecureFile.NewFile) {
         let key: JWTKey
         do { key = try JWTKey.generate(.ec(.p256)) } catch { throw PeerCAError(.invalidCAMaterial, "cannot make an issuer key: \(error.message)") }
         let kid: String
         do { kid = try key.thumbprint() } catch { throw PeerCAError(.invalidCAMaterial, "cannot name an issuer key: \(error.message)") }
         let pem: String
         do { pem = try key.privatePEM() } catch { throw PeerCAError(.invalidCAMaterial, "cannot encode an issuer key: \(error.message)") }
-        let path = keyPath(kid)
-        do throws(SecureFileError) { try SecureFile.writeNew(path, Array(pem.utf8), mode: 0o600) } catch { throw PeerCAError(error) }
-        return kid
+        return (kid, SecureFile.NewFile(path: keyPath(kid), contents: Array(pem.utf8), mode: 0o600))
     }
 
     private func loadKey(_ kid: String) throws(PeerCAError) -> JWTKey {
@@ -191,18 +185,20 @@ public final class IssuerKeyRing: Sendable {
         }
     }
 
-    /// Writes the manifest: a new file, or (rotation) a temporary file renamed over the old one,
-    /// so a reader sees the old or the new manifest, never half of one.
-    private func writeManifest(_ manifest: Manifest, replacing: Bool) throws(PeerCAError) {
+    /// The manifest's text.
+    private func manifestBytes(_ manifest: Manifest) throws(PeerCAError) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         encoder.dateEncodingStrategy = .secondsSince1970
-        let bytes: [UInt8]
-        do { bytes = Array(try encoder.encode(manifest)) + [0x0a] } catch { throw PeerCAError(.io, "cannot encode the issuer key manifest") }
-        let target = replacing ? manifestPath + ".\(UUID().uuidString).tmp" : manifestPath
-        do throws(SecureFileError) { try SecureFile.writeNew(target, bytes, mode: 0o644) } catch { throw PeerCAError(error) }
-        guard replacing else { return }
-        let temporary = target
+        do { return Array(try encoder.encode(manifest)) + [0x0a] } catch { throw PeerCAError(.io, "cannot encode the issuer key manifest") }
+    }
+
+    /// Replaces the manifest (rotation): a temporary file renamed over the old one, so a reader
+    /// sees the old or the new manifest, never half of one.
+    private func replaceManifest(_ manifest: Manifest) throws(PeerCAError) {
+        let temporary = manifestPath + ".\(UUID().uuidString).tmp"
+        let bytes = try manifestBytes(manifest)
+        do throws(SecureFileError) { try SecureFile.writeNew(temporary, bytes, mode: 0o644) } catch { throw PeerCAError(error) }
         guard rename(temporary, manifestPath) == 0 else {
             unlink(temporary)
             throw PeerCAError(.io, "cannot replace \(manifestPath)")
