@@ -11,6 +11,8 @@ public typealias NumericDate = Double
 public struct RegisteredClaims: Sendable, Hashable {
     /// Latest NumericDate accepted: 9999-12-31T23:59:59Z. Larger values are refused as invalid.
     public static let maximumDate: NumericDate = 253_402_300_799
+    /// The NumericDates accepted: 0 through ``maximumDate`` (NaN and infinities are in no range).
+    package static let dates: ClosedRange<NumericDate> = 0...maximumDate
 
     /// A claim string, kept as a range of the payload's bytes until someone asks for it (the
     /// hot path reads `iss`, `sub`, `jti` without allocating). Ranges are used only for
@@ -137,7 +139,7 @@ public struct RegisteredClaims: Sendable, Hashable {
         guard case .number(let text) = value else {
             throw TokenError(.invalidClaim, "\"\(name)\" must be a JSON number (NumericDate)")
         }
-        guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds <= maximumDate else {
+        guard let seconds = Double(text), dates.contains(seconds) else {
             throw TokenError(.invalidClaim, "\"\(name)\" is out of range for a NumericDate (0 … \(Int(maximumDate)))")
         }
         return seconds

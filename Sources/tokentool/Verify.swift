@@ -274,7 +274,7 @@ struct VerificationOptions: ParsableArguments {
         // NaN would compare false with every time; infinity would accept every one.
         guard leeway.isFinite, leeway >= 0 else { throw ValidationError("--leeway must be a number of seconds, 0 or more") }
         if let maxAge, !(maxAge.isFinite && maxAge >= 0) { throw ValidationError("--max-age must be a number of seconds, 0 or more") }
-        if let at, !(at.isFinite && at >= 0 && at <= RegisteredClaims.maximumDate) {
+        if let at, !RegisteredClaims.dates.contains(at) {
             throw ValidationError("--at must be a Unix time from 0 to \(Int(RegisteredClaims.maximumDate))")
         }
     }

@@ -81,16 +81,9 @@ public struct IssuancePolicy: Sendable {
         // in its place (later than the sign-in, a stale one would pass an age limit), so an age
         // limit refuses it and without one it is ignored. `null` is no auth_time: `iat` stands in.
         let authTime: Date?
-        var unreadableAuthTime = false
-        if let value = payload["auth_time"], value != .null {
-            if let seconds = value.doubleValue, seconds.isFinite, seconds >= 0, seconds <= RegisteredClaims.maximumDate {
-                authTime = Date(timeIntervalSince1970: seconds)
-            } else {
-                authTime = nil
-                unreadableAuthTime = true
-            }
-        } else {
-            authTime = token.claims.issuedAtDate
+        switch payload["auth_time"] {
+        case nil, .null?: authTime = token.claims.issuedAtDate
+        case let value?: authTime = value.doubleValue.flatMap { RegisteredClaims.dates.contains($0) ? Date(timeIntervalSince1970: $0) : nil }
         }
         var factors: [AuthenticationFactor] = []
         if case .array(let methods)? = payload["amr"] {
@@ -109,7 +102,8 @@ public struct IssuancePolicy: Sendable {
         }
         if let maximumSignInAge {
             guard let latest = factors.compactMap(\.signedInAt).max() else {
-                if unreadableAuthTime {
+                // No sign-in time with an auth_time given: it was not a NumericDate.
+                if let value = payload["auth_time"], value != .null {
                     throw PeerCAError(
                         .policyViolation,
                         "the token's \"auth_time\" is not a NumericDate (a JSON number of seconds from 0 to \(Int(RegisteredClaims.maximumDate))), so the sign-in's age is unknown")
