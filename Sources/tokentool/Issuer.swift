@@ -147,16 +147,15 @@ struct Exchange: AsyncParsableCommand {
         } timedOut: {
             .failure(CLIExit.usage("\(base) did not answer in full within \(timeout.rounded() == timeout ? String(Int(timeout)) : String(timeout)) s"))
         }
-        do {
-            let (status, text) = try outcome.get()
+        if case .success = outcome {
             try? await client.shutdown()
-            try Self.report(status: status, text: text, json: json)
-        } catch {
+        } else {
             // Failed or out of time: the process ends now, and does not wait for the client to
             // close a connection on which a server may still be trickling its answer.
             Task { try? await client.shutdown() }
-            throw error
         }
+        let (status, text) = try outcome.get()
+        try Self.report(status: status, text: text, json: json)
     }
 
     /// Prints the issued token (or the whole answer), or refuses with the server's error.
