@@ -239,34 +239,13 @@ struct LedgerUpgradeTests {
     /// behind), the migration fails and says why; once it has ended, the next one completes.
     @Test func aSchemaChangeWaitsForItsTableOnlySoLong() async throws {
         try await Self.withVersion1Postgres { url, _ in
-            let logger = Logger(label: "ledger-tests")
-            let client = try GroupCommitTests.client(url, logger: logger)
-            let ledger = try PostgresLedger(url: url, logger: logger)
-            try await withThrowingTaskGroup(of: Void.self) { services in
-                services.addTask { await client.run() }
-                services.addTask { await ledger.run() }
-                defer { services.cancelAll() }
-                try await client.withConnection { connection in
-                    try await connection.query("BEGIN", logger: logger)
-                    try await connection.query("LOCK TABLE certificates IN ACCESS SHARE MODE", logger: logger)
-                    // The holder commits after 60 s at the latest: a migration still waiting then
-                    // (no limit) would otherwise wait for this test forever. (60, not 10: under the
-                    // whole suite's load, connecting alone has taken seconds.)
-                    let ended = Atomic<Bool>(false)
-                    let attempt = Task { () -> PeerCAError? in
-                        defer { ended.store(true, ordering: .releasing) }
-                        do throws(PeerCAError) {
-                            try await ledger.migrate(lockWait: .milliseconds(500))
-                            return nil
-                        } catch { return error }
-                    }
-                    let refusedInTime = await eventually(within: .seconds(60)) { ended.load(ordering: .acquiring) }
-                    try await connection.query("COMMIT", logger: logger)
-                    let refused = await attempt.value
-                    #expect(refusedInTime, "refused at its limit, not after the holder")
-                    #expect(refused?.code == .ledger)
-                    #expect(refused?.message.contains("waited 0.5 seconds for its table") == true, "\(refused?.message ?? "migrated")")
-                }
+            try await Self.withLedgerAndClient(url) { ledger, client, logger in
+                let (inTime, refused) = try await Self.migrationAttempt(
+                    client, logger, holding: ["BEGIN", "LOCK TABLE certificates IN ACCESS SHARE MODE"], release: "COMMIT"
+                ) { () throws(PeerCAError) in try await ledger.migrate(lockWait: .milliseconds(500)) }
+                #expect(inTime, "refused at its limit, not after the holder")
+                #expect(refused?.code == .ledger)
+                #expect(refused?.message.contains("waited 0.5 seconds for its table") == true, "\(refused?.message ?? "migrated")")
                 try await ledger.migrate(lockWait: .milliseconds(500))
                 #expect(try await ledger.entry(serial: "0abc")?.commonName == "old-user")
                 #expect(try await ledger.endedSessions(since: .distantPast).isEmpty)
@@ -279,35 +258,56 @@ struct LedgerUpgradeTests {
     /// at its limit and says why, and migrates once the lock is free. It waited without end.
     @Test func aMigrationWaitsForAnotherOnlySoLong() async throws {
         try await withTestPostgres { url in
-            let logger = Logger(label: "ledger-tests")
-            let client = try GroupCommitTests.client(url, logger: logger)
-            let ledger = try PostgresLedger(url: url, logger: logger)
-            try await withThrowingTaskGroup(of: Void.self) { services in
-                services.addTask { await client.run() }
-                services.addTask { await ledger.run() }
-                defer { services.cancelAll() }
-                try await client.withConnection { connection in
-                    for try await _ in try await connection.query("SELECT pg_advisory_lock(7402291)", logger: logger) {}
-                    // The lock is let go after 60 s at the latest: a migration still waiting then
-                    // (no limit) would otherwise wait for this test forever.
-                    let ended = Atomic<Bool>(false)
-                    let attempt = Task { () -> PeerCAError? in
-                        defer { ended.store(true, ordering: .releasing) }
-                        do throws(PeerCAError) {
-                            try await ledger.migrate(migrationWait: .milliseconds(500))
-                            return nil
-                        } catch { return error }
-                    }
-                    let refusedInTime = await eventually(within: .seconds(60)) { ended.load(ordering: .acquiring) }
-                    for try await _ in try await connection.query("SELECT pg_advisory_unlock(7402291)", logger: logger) {}
-                    let refused = await attempt.value
-                    #expect(refusedInTime, "refused at its limit, not once the lock was let go")
-                    #expect(refused?.message.contains("another instance's migration went on for more than 0.5 seconds") == true, "\(String(describing: refused))")
-                }
+            try await Self.withLedgerAndClient(url) { ledger, client, logger in
+                let (inTime, refused) = try await Self.migrationAttempt(
+                    client, logger, holding: ["SELECT pg_advisory_lock(7402291)"], release: "SELECT pg_advisory_unlock(7402291)"
+                ) { () throws(PeerCAError) in try await ledger.migrate(migrationWait: .milliseconds(500)) }
+                #expect(inTime, "refused at its limit, not once the lock was let go")
+                #expect(refused?.message.contains("another instance's migration went on for more than 0.5 seconds") == true, "\(String(describing: refused))")
                 try await ledger.migrate(migrationWait: .milliseconds(500))
                 try await ledger.record(entry("0a01"), claiming: nil)
                 #expect(try await ledger.entry(serial: "0a01") != nil)
             }
+        }
+    }
+
+    /// Runs `body` with a PostgreSQL ledger on `url` and a client of its own (for holding locks),
+    /// both running.
+    static func withLedgerAndClient(_ url: String, _ body: (PostgresLedger, PostgresClient, Logger) async throws -> Void) async throws {
+        let logger = Logger(label: "ledger-tests")
+        let client = try GroupCommitTests.client(url, logger: logger)
+        let ledger = try PostgresLedger(url: url, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { services in
+            services.addTask { await client.run() }
+            services.addTask { await ledger.run() }
+            defer { services.cancelAll() }
+            try await body(ledger, client, logger)
+        }
+    }
+
+    /// `migrate` started while a connection of `client` holds a lock (`holding`, each statement's
+    /// rows read to the end): whether it ended within 60 s, and its refusal, read once `release`
+    /// has let the lock go. A migration still waiting then (no limit) would otherwise wait for the
+    /// test forever. (60, not 10: under the whole suite's load, connecting alone has taken seconds.)
+    static func migrationAttempt(
+        _ client: PostgresClient, _ logger: Logger, holding: [String], release: String,
+        _ migrate: @escaping @Sendable () async throws(PeerCAError) -> Void
+    ) async throws -> (inTime: Bool, refusal: PeerCAError?) {
+        try await client.withConnection { connection in
+            for statement in holding {
+                for try await _ in try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) {}
+            }
+            let ended = Atomic<Bool>(false)
+            let attempt = Task { () -> PeerCAError? in
+                defer { ended.store(true, ordering: .releasing) }
+                do throws(PeerCAError) {
+                    try await migrate()
+                    return nil
+                } catch { return error }
+            }
+            let inTime = await eventually(within: .seconds(60)) { ended.load(ordering: .acquiring) }
+            for try await _ in try await connection.query(PostgresQuery(unsafeSQL: release), logger: logger) {}
+            return (inTime, await attempt.value)
         }
     }
 
