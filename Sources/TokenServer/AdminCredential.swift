@@ -6,9 +6,7 @@ enum AdminCredential {
     /// The secret in `path` (surrounding whitespace dropped); at least 16 bytes.
     static func read(_ path: String) throws(ConfigurationError) -> [UInt8] {
         try ConfigurationError.checkPrivate(path, key: "admin.tokenFile")
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError(key: "admin.tokenFile", "cannot read \(path)")
-        }
+        let data = try ConfigurationError.read(path, key: "admin.tokenFile")
         let secret = Array(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).utf8)
         guard secret.count >= 16 else { throw ConfigurationError(key: "admin.tokenFile", "the secret must have at least 16 bytes") }
         return secret

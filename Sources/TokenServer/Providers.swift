@@ -173,18 +173,14 @@ struct ProviderSet: Sendable {
         case .hs256:
             let path = provider.secretFile ?? ""
             try ConfigurationError.checkPrivate(path, key: "\(key).secretFile")
-            guard let secret = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(key: "\(key).secretFile", "cannot read \(path)")
-            }
-            do { return TokenVerifierDescription(keys: .local([try JWTKey.hmac(secret: Array(secret))]), policy: policy) } catch {
+            let secret = try ConfigurationError.read(path, key: "\(key).secretFile")
+            do { return TokenVerifierDescription(keys: .local([try JWTKey.hmac(secret: secret)]), policy: policy) } catch {
                 throw ConfigurationError(key: "\(key).secretFile", error.message)
             }
         case .pem:
             let path = provider.keyFile ?? ""
-            guard let contents = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(key: "\(key).keyFile", "cannot read \(path)")
-            }
-            do { return TokenVerifierDescription(keys: .local(try KeyFileContents(Array(contents)).keys.map(\.publicKey)), policy: policy) } catch {
+            let contents = try ConfigurationError.read(path, key: "\(key).keyFile")
+            do { return TokenVerifierDescription(keys: .local(try KeyFileContents(contents).keys.map(\.publicKey)), policy: policy) } catch {
                 throw ConfigurationError(key: "\(key).keyFile", error.message)
             }
         }

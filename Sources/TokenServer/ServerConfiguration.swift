@@ -1,5 +1,6 @@
 public import Foundation
 public import PeerCA
+import TokenKit
 
 /// The service's configuration: one JSON file (`tokentool serve --config FILE`), or the embedded
 /// defaults (`tokentool serve`). Every problem found at start names the key it is about.
@@ -371,6 +372,12 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
         do throws(SecureFileError) { try SecureFile.checkPrivate(path) } catch {
             throw ConfigurationError(key: key, error.message)
         }
+    }
+
+    /// The bytes of the file `key` names, at most ``BoundedFile/defaultLimit``; an error names the
+    /// key and says why the file cannot be read (never what it holds).
+    static func read(_ path: String, key: String) throws(ConfigurationError) -> [UInt8] {
+        do throws(BoundedFile.Failure) { return try BoundedFile.read(path) } catch { throw ConfigurationError(key: key, error.description) }
     }
 }
 

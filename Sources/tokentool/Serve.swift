@@ -73,7 +73,7 @@ struct Serve: AsyncParsableCommand {
         logger.logLevel = .info
         var configuration: ServerConfiguration
         if let config {
-            guard let data = FileManager.default.contents(atPath: config) else { throw CLIExit.usage("cannot read \(config)") }
+            let data = Data(try Input.read(config))
             do { configuration = try ServerConfiguration.parse(data) } catch { throw CLIExit.usage("\(config): \(error)") }
         } else {
             do throws(ConfigurationError) { configuration = try ServerConfiguration.embeddedDefaults(state: state) } catch {

@@ -14,52 +14,23 @@ extension JWTVerifier.Engine: ExpressibleByArgument {}
 
 enum Input {
     /// Reads a file, or standard input for "-". A file that cannot be read is a usage error that
-    /// says why (no such file, a directory, permission denied).
+    /// says why (no such file, a directory, permission denied, larger than `limit`).
     static func read(_ path: String, limit: Int = largestInput) throws -> [UInt8] {
         if path == "-" { return try readAll(STDIN_FILENO, name: "standard input", limit: limit) }
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw CLIExit.usage("cannot read \(path): it is a directory")
-        }
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw CLIExit.usage("cannot read \(path): \(reason(errno))") }
-        defer { close(descriptor) }
-        return try readAll(descriptor, name: path, limit: limit)
+        do throws(BoundedFile.Failure) { return try BoundedFile.read(path, limit: limit) } catch { throw CLIExit.usage(error.description) }
     }
 
     /// The most a file or standard input given to a command may hold by default. Keys, tokens,
     /// claims, CSRs and passphrases are kilobytes; without a limit, `--key /dev/zero` (or a disk
     /// image named by mistake) read until memory ran out. (A CRL is read with ``largestCRL``.)
-    static let largestInput = 16 << 20
+    static let largestInput = BoundedFile.defaultLimit
     /// The most a CRL may hold: a PEM CRL passes 16 MiB at about 250,000 revoked certificates.
     static let largestCRL = 1 << 30
 
     /// Everything `descriptor` gives until its end, refused past `limit` bytes.
     static func readAll(_ descriptor: Int32, name: String, limit: Int = largestInput) throws -> [UInt8] {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw CLIExit.usage("cannot read \(name): \(reason(errno))")
-            }
-            if count == 0 { return bytes }
-            bytes += chunk[0..<count]
-            if bytes.count > limit {
-                throw CLIExit.usage("\(name) holds more than \(limit >> 20) MiB, more than this command reads")
-            }
-        }
-    }
-
-    /// Why `open` failed, in words.
-    static func reason(_ code: Int32) -> String {
-        switch code {
-        case ENOENT: "no such file"
-        case EACCES, EPERM: "permission denied"
-        case ENOTDIR: "a component of the path is not a directory"
-        case EISDIR: "it is a directory"
-        default: String(cString: strerror(code))
+        do throws(BoundedFile.Failure) { return try BoundedFile.readAll(descriptor, name: name, limit: limit) } catch {
+            throw CLIExit.usage(error.description)
         }
     }
 

@@ -71,6 +71,12 @@ struct DeploymentTests {
         let deployment = CADeployment(directory: dir)
         #expect(!deployment.exists)
         #expect(try deployment.settings() == nil)
+        // A ca.json that is there but cannot be read is an error, not "no settings" (which would
+        // send a CA whose settings name PostgreSQL to a new SQLite ledger).
+        try FileManager.default.createDirectory(atPath: deployment.settingsPath, withIntermediateDirectories: true)
+        let unreadable = #expect(throws: PeerCAError.self) { _ = try deployment.settings() }
+        #expect(unreadable?.message.contains("it is a directory") == true, "\(String(describing: unreadable))")
+        try FileManager.default.removeItem(atPath: deployment.settingsPath)
         let settings = CASettings(appID: "app", tokenReuse: .oncePerTokenID, store: try LedgerLocation("postgres://tt:pw@db/tt"))
         try deployment.create(try CertificateAuthority.create(name: "Test", withIntermediate: true), settings: settings, passphrase: nil)
         #expect(deployment.exists)

@@ -115,6 +115,13 @@ struct SessionTests {
         let short = dir.appendingPathComponent("short.token").path
         _ = try SecureFile.writeNew(short, Array("short".utf8), mode: 0o600)
         #expect(throws: ConfigurationError.self) { _ = try AdminCredential.read(short) }
+        // A secret file larger than anything a secret is (17 MiB, sparse) is refused from its size.
+        let huge = dir.appendingPathComponent("huge.token").path
+        _ = try SecureFile.writeNew(huge, Array("x".utf8), mode: 0o600)
+        #expect(truncate(huge, 17 << 20) == 0)
+        let tooLarge = #expect(throws: ConfigurationError.self) { _ = try AdminCredential.read(huge) }
+        #expect(tooLarge?.key == "admin.tokenFile")
+        #expect(tooLarge?.message.contains("holds more than 16 MiB") == true, "\(String(describing: tooLarge))")
         #expect(AdminCredential.matches("Bearer 0123456789abcdef", Array("0123456789abcdef".utf8)))
         #expect(AdminCredential.matches("bearer   0123456789abcdef", Array("0123456789abcdef".utf8)))
         #expect(!AdminCredential.matches("Bearer 0123456789abcdeF", Array("0123456789abcdef".utf8)))

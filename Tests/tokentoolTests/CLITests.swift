@@ -45,6 +45,11 @@ struct CLITests {
         }
         let large = try tokentool(["decode", "-"], stdin: Data(repeating: 0x41, count: (16 << 20) + 1))
         #expect(large.status == 2 && large.err.contains("standard input holds more than 16 MiB"), "\(large.err)")
+        // serve's settings file too: refused with the reason, before anything is started.
+        let zeroConfig = try tokentool(["serve", "--config", "/dev/zero", "--state", "state"], cwd: dir)
+        #expect(zeroConfig.status == 2 && zeroConfig.err.contains("/dev/zero holds more than 16 MiB"), "\(zeroConfig.err)")
+        let directoryConfig = try tokentool(["serve", "--config", dir.path, "--state", "state"], cwd: dir)
+        #expect(directoryConfig.status == 2 && directoryConfig.err.contains("it is a directory"), "\(directoryConfig.err)")
     }
 
     @Test func helpExplains() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import TokenKit
 
 /// A CA as it is deployed: one directory with PeerCA's ``CAFiles`` layout, its settings
 /// (`ca.json`, ``CASettings``) and, unless the settings name another store, its ledger
@@ -36,8 +37,12 @@ public struct CADeployment: Sendable {
 
     /// The settings, or nil when the directory has no `ca.json`.
     public func settings() throws(PeerCAError) -> CASettings? {
-        guard let data = FileManager.default.contents(atPath: settingsPath) else { return nil }
-        return try CASettings.decode(Array(data), from: settingsPath)
+        // Only a missing file means "no settings": one that cannot be read must not quietly turn
+        // a CA whose settings name PostgreSQL into one writing a new SQLite ledger.
+        let bytes: [UInt8]?
+        do throws(BoundedFile.Failure) { bytes = try BoundedFile.readIfPresent(settingsPath) } catch { throw PeerCAError(.io, error.description) }
+        guard let bytes else { return nil }
+        return try CASettings.decode(bytes, from: settingsPath)
     }
 
     /// Writes `ca.json` (mode 0644, or 0600 when its store URL holds a password); refuses to

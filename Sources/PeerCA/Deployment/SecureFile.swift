@@ -1,4 +1,5 @@
 public import Foundation
+import TokenKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -121,7 +122,8 @@ public enum SecureFile {
     }
 
     static func read(_ path: String) throws(SecureFileError) -> String {
-        guard let data = FileManager.default.contents(atPath: path) else { throw SecureFileError(.io, path: path, "cannot read \(path)") }
-        return String(decoding: data, as: UTF8.self)
+        do throws(BoundedFile.Failure) { return String(decoding: try BoundedFile.read(path), as: UTF8.self) } catch {
+            throw SecureFileError(.io, path: path, error.description)
+        }
     }
 }

@@ -170,14 +170,19 @@ public final class IssuerKeyRing: Sendable {
         }
         let path = keyPath(kid)
         do throws(SecureFileError) { try SecureFile.checkPrivate(path) } catch { throw PeerCAError(error) }
-        guard let data = FileManager.default.contents(atPath: path) else { throw PeerCAError(.io, "cannot read \(path)") }
+        let data = try Self.read(path)
         do { return try JWTKey(pem: String(decoding: data, as: UTF8.self), algorithms: [.es256], kid: kid) } catch {
             throw PeerCAError(.invalidCAMaterial, "\(path): \(error.message)")
         }
     }
 
+    /// A key or manifest file's bytes, at most ``BoundedFile/defaultLimit``.
+    private static func read(_ path: String) throws(PeerCAError) -> [UInt8] {
+        do throws(BoundedFile.Failure) { return try BoundedFile.read(path) } catch { throw PeerCAError(.io, error.description) }
+    }
+
     private func readManifest() throws(PeerCAError) -> Manifest {
-        guard let data = FileManager.default.contents(atPath: manifestPath) else { throw PeerCAError(.io, "cannot read \(manifestPath)") }
+        let data = Data(try Self.read(manifestPath))
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .secondsSince1970
         do { return try decoder.decode(Manifest.self, from: data) } catch {

@@ -53,9 +53,7 @@ final class OpenWebSSO: Sendable {
             let url = try OpenWebSSO.registerUserURL(openweb.baseURL)
             let path = openweb.accessTokenFile
             try ConfigurationError.checkPrivate(path, key: "openweb.accessTokenFile")
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(key: "openweb.accessTokenFile", "cannot read \(path)")
-            }
+            let data = try ConfigurationError.read(path, key: "openweb.accessTokenFile")
             let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard !token.isEmpty, token.utf8.count <= 4096 else {
                 throw ConfigurationError(key: "openweb.accessTokenFile", "must hold the access token (1 to 4096 bytes)")
