@@ -172,6 +172,66 @@ struct PeerTests {
     }
 }
 
+extension PeerTests {
+    /// A long-running device takes the CA's newer CRL into the TLS it already serves with: a peer
+    /// revoked since is refused on its next handshake, without a new server or context; an older
+    /// CRL (a replay from before the revocation) or another CA's is refused and changes nothing.
+    @Test func aServingPeerTLSTakesANewerCRL() async throws {
+        let devices = try await Devices()
+        let test = devices.test
+        let issuer = test.material.authority.issuer
+        let before = try RevocationList(try await test.ca.crl(), issuer: issuer)
+        let verifier = PeerVerifier(roots: [test.root], trustDomain: "app-1234.peers.example", revocations: before)
+        let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
+        let aliceTLS = try devices.tls("alice", devices.alice, verifier: verifier)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let server = try await ServerBootstrap(group: group)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(bobTLS.makeServerHandler())
+                    try channel.pipeline.syncOperations.addHandler(Echo())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(server.localAddress?.port)
+        func talk() async throws -> String? {
+            let reply = group.next().makePromise(of: String.self)
+            let client = try await ClientBootstrap(group: group)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(try aliceTLS.makeClientHandler())
+                        try channel.pipeline.syncOperations.addHandler(Ping(reply: reply))
+                    }
+                }
+                .connect(host: "127.0.0.1", port: port).get()
+            defer { client.close(promise: nil) }
+            return try? await reply.futureResult.get()
+        }
+        #expect(try await talk() == "ping")
+
+        _ = try await test.ca.revoke(serial: devices.alice.serial, reason: .keyCompromise)
+        let after = try RevocationList(try await test.ca.crl(), issuer: issuer)
+        #expect(try await talk() == "ping", "the CRL bob serves with does not list alice yet")
+        let copy = bobTLS  // copies share the current verifier
+        try copy.updateRevocations(after)
+        #expect(bobTLS.verifier.revocations?.number == after.number)
+        #expect(try await talk() == nil, "alice, revoked in the CRL bob now has, is refused by the server bob already runs")
+        try bobTLS.updateRevocations(after)  // the same list again is accepted
+
+        // The old CRL, replayed, is refused and leaves the newer one in place.
+        let replay = #expect(throws: PeerCAError.self) { try bobTLS.updateRevocations(before) }
+        #expect(replay?.message.contains("older than the current one") == true, "\(String(describing: replay))")
+        #expect(bobTLS.verifier.revocations?.number == after.number)
+        // Another CA's CRL is refused too.
+        let stranger = try RevocationList(try await devices.other.ca.crl(), issuer: devices.other.material.authority.issuer)
+        let foreign = #expect(throws: PeerCAError.self) { try bobTLS.updateRevocations(stranger) }
+        #expect(foreign?.code == .invalidCAMaterial)
+        #expect(try await talk() == nil)
+        try await server.close()
+        try await group.shutdownGracefully()
+    }
+}
+
 final class Echo: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer

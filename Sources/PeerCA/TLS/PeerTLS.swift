@@ -1,5 +1,6 @@
 import NIOCore
 public import NIOSSL
+import Synchronization
 import X509
 
 /// Mutual TLS between devices holding peer certificates: builds swift-nio-ssl handlers from a
@@ -12,9 +13,17 @@ import X509
 ///                       verifier: PeerVerifier(roots: [root], trustDomain: "app-1234"))
 /// // in a channel initializer:
 /// try channel.pipeline.syncOperations.addHandler(tls.makeServerHandler { peer in print(peer.spiffeID) })
+/// // before the CRL's nextUpdate, with the CA's latest (GET /v1/crl):
+/// try tls.updateRevocations(try RevocationList(crlDER, issuer: caIssuerCertificate))
 /// ```
+///
+/// Copies of a `PeerTLS` share its current verifier: a CRL given to one is the CRL every handler
+/// made from any of them checks from then on.
 public struct PeerTLS: Sendable {
-    public let verifier: PeerVerifier
+    /// The verifier handshakes use now: the one given at creation, with the CRL of the latest
+    /// ``updateRevocations(_:)``.
+    public var verifier: PeerVerifier { current.value.withLock { $0 } }
+    private let current: Current
     private let serverContext: NIOSSLContext
     private let clientContext: NIOSSLContext
 
@@ -56,7 +65,43 @@ public struct PeerTLS: Sendable {
         }
         self.serverConfiguration = server
         self.clientConfiguration = client
-        self.verifier = verifier
+        self.current = Current(verifier)
+    }
+
+    /// The verifier the handshakes of every copy read, replaced as a whole.
+    private final class Current: Sendable {
+        let value: Mutex<PeerVerifier>
+        init(_ verifier: PeerVerifier) { value = Mutex(verifier) }
+    }
+
+    /// Makes `list` the CRL that every handshake from now on checks, in handlers already made and
+    /// handlers made later, without building the TLS contexts or the servers again. A verifier
+    /// refuses every leaf of a CA whose CRL is past its nextUpdate, so a long-running device gives
+    /// the CA's latest CRL (`GET /v1/crl`, a new one at least every half validity) before then.
+    ///
+    /// Refused, leaving the current CRL in place (``PeerCAError/Code/invalidCAMaterial``): a list
+    /// from another issuer than the current one's, and a list older than the current one — an
+    /// earlier thisUpdate, or a lower CRL number — since an old CRL, replayed from before a
+    /// revocation, would hide it. The same list again is accepted.
+    ///
+    /// Connections already open are not checked again, and neither is a TLS session a peer
+    /// resumes (see the README's peer-side notes).
+    public func updateRevocations(_ list: RevocationList) throws(PeerCAError) {
+        try current.value.withLock { verifier throws(PeerCAError) in
+            if let present = verifier.revocations {
+                guard list.issuer == present.issuer else {
+                    throw PeerCAError(.invalidCAMaterial, "the CRL is from \(list.issuer), not from \(present.issuer) as the current one")
+                }
+                var older = list.thisUpdate < present.thisUpdate
+                if let number = list.number, let presentNumber = present.number, number < presentNumber { older = true }
+                guard !older else {
+                    throw PeerCAError(
+                        .invalidCAMaterial,
+                        "the CRL is older than the current one (thisUpdate \(list.thisUpdate), number \(list.number.map(String.init) ?? "none"); current \(present.thisUpdate), number \(present.number.map(String.init) ?? "none"))")
+                }
+            }
+            verifier = PeerVerifier(roots: verifier.roots, trustDomain: verifier.trustDomain, revocations: list, clock: verifier.clock)
+        }
     }
 
     /// A handler for the accepting side; `onPeer` receives the verified identity of the device
@@ -83,9 +128,10 @@ public struct PeerTLS: Sendable {
     ]
 
     private func callback(role: PeerVerifier.Role, _ onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) -> NIOSSLCustomVerificationCallback {
-        let verifier = self.verifier
+        let current = self.current
         return { certificates, promise in
             let der = certificates.compactMap { try? $0.toDERBytes() }
+            let verifier = current.value.withLock { $0 }  // the CRL of the latest update, at each handshake
             Task {
                 do {
                     let identity = try await verifier.verify(derChain: der, role: role)

@@ -49,9 +49,10 @@ public struct PeerVerifier: Sendable {
     /// leaf's issuer in the validated path (not of a certificate the peer merely sent along), and
     /// it must be current (thisUpdate ≤ now + ``crlClockSkew``, now ≤ nextUpdate) or the leaf is
     /// refused, as OpenSSL's `crl_check` refuses an expired CRL: an old CRL, replayed from before
-    /// a revocation, would otherwise hide it. So a verifier (and a ``PeerTLS`` made with it) must
-    /// be made again with the CA's latest CRL before its nextUpdate — the CA's `GET /v1/crl`
-    /// gives a new one at least every half validity.
+    /// a revocation, would otherwise hide it. So a verifier must be made again with the CA's
+    /// latest CRL before its nextUpdate (a ``PeerTLS`` takes it in place:
+    /// ``PeerTLS/updateRevocations(_:)``) — the CA's `GET /v1/crl` gives a new one at least every
+    /// half validity.
     public let revocations: RevocationList?
     /// Where the verification time comes from: every certificate in the chain must be within its
     /// validity period (notBefore through notAfter, inclusive) at the time read when a chain is verified.
