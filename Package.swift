@@ -122,6 +122,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift", condition: peerCA),
                 .product(name: "GRDBSQLite", package: "GRDB.swift", condition: peerCA),
                 .product(name: "NIOCore", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOTLS", package: "swift-nio", condition: peerCA),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerCA),
                 .product(name: "Logging", package: "swift-log", condition: peerCA),
             ],

@@ -131,7 +131,7 @@ struct PeerTests {
         let server = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(bobTLS.makeServerHandler { peer in seenByServer.withLock { $0.append(peer.spiffeID) } })
+                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations) { peer in seenByServer.withLock { $0.append(peer.spiffeID) } }
                     try channel.pipeline.syncOperations.addHandler(Echo())
                 }
             }
@@ -144,7 +144,7 @@ struct PeerTests {
             let client = try await ClientBootstrap(group: group)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(try tls.makeClientHandler { peer in seen.withLock { $0 = peer.spiffeID } })
+                        try tls.addClientHandlers(to: channel.pipeline.syncOperations) { peer in seen.withLock { $0 = peer.spiffeID } }
                         try channel.pipeline.syncOperations.addHandler(Ping(reply: reply))
                     }
                 }
@@ -188,7 +188,7 @@ extension PeerTests {
         let server = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(bobTLS.makeServerHandler())
+                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations)
                     try channel.pipeline.syncOperations.addHandler(Echo())
                 }
             }
@@ -199,7 +199,7 @@ extension PeerTests {
             let client = try await ClientBootstrap(group: group)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(try aliceTLS.makeClientHandler())
+                        try aliceTLS.addClientHandlers(to: channel.pipeline.syncOperations)
                         try channel.pipeline.syncOperations.addHandler(Ping(reply: reply))
                     }
                 }
@@ -227,6 +227,62 @@ extension PeerTests {
         let foreign = #expect(throws: PeerCAError.self) { try bobTLS.updateRevocations(stranger) }
         #expect(foreign?.code == .invalidCAMaterial)
         #expect(try await talk() == nil)
+        try await server.close()
+        try await group.shutdownGracefully()
+    }
+}
+
+extension PeerTests {
+    /// An `openssl s_client` device resumes its TLS session (TLS 1.3 ticket, TLS 1.2 session) with
+    /// a PeerTLS server, whose handshake then skips the verification callback: the check after TLS
+    /// verifies the session's certificate again, so the peer is named on a resumed connection, and
+    /// one revoked since its first handshake is disconnected before any data passes.
+    @Test func aResumedSessionIsVerifiedAgain() async throws {
+        let devices = try await Devices()
+        let test = devices.test
+        let issuer = test.material.authority.issuer
+        let verifier = PeerVerifier(
+            roots: [test.root], trustDomain: "app-1234.peers.example", revocations: try RevocationList(try await test.ca.crl(), issuer: issuer))
+        let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let seen = Mutex<[String]>([])
+        let server = try await ServerBootstrap(group: group)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations) { peer in seen.withLock { $0.append(peer.spiffeID) } }
+                    try channel.pipeline.syncOperations.addHandler(Echo())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(server.localAddress?.port)
+        // s_client sends a line once the session tickets have arrived, then quits; Echo answers it.
+        func connect(_ version: String, _ session: String) throws -> (reused: Bool, echoed: Bool, output: String) {
+            let command =
+                "(sleep 1; echo hello-\(version); sleep 1; echo Q) | openssl s_client \(version) -connect 127.0.0.1:\(port) -cert alice.pem"
+                + " -cert_chain alice-intermediates.pem -key alice.key -CAfile root.pem \(session) session\(version).pem"
+            let result = try TestSupport.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command], cwd: devices.openssl.dir)
+            let output = result.out + result.err
+            // s_client prints what it receives, not what it sends; the lines that tell, for a failure's message.
+            let summary = output.split(separator: "\n").filter { $0.contains("Reused") || $0.contains("New, ") || $0.contains("hello") || $0.contains("rror") }
+            return (output.contains("Reused, "), output.contains("hello-\(version)"), summary.joined(separator: " | "))
+        }
+        let alice = "spiffe://app-1234.peers.example/idp.example/alice"
+        for version in ["-tls1_3", "-tls1_2"] {
+            let first = try connect(version, "-sess_out")
+            #expect(!first.reused && first.echoed, "\(version): \(first.output)")
+            let resumed = try connect(version, "-sess_in")
+            #expect(resumed.reused && resumed.echoed, "\(version): the session is resumed and data flows: \(resumed.output)")
+        }
+        #expect(seen.withLock { $0 } == Array(repeating: alice, count: 4), "a resumed connection names its peer too")
+
+        _ = try await test.ca.revoke(serial: devices.alice.serial, reason: .keyCompromise)
+        try bobTLS.updateRevocations(try RevocationList(try await test.ca.crl(), issuer: issuer))
+        for version in ["-tls1_3", "-tls1_2"] {
+            let resumed = try connect(version, "-sess_in")
+            #expect(resumed.reused, "\(version): TLS resumes the session: \(resumed.output)")
+            #expect(!resumed.echoed, "\(version): alice, revoked since, is disconnected before her data is answered: \(resumed.output)")
+        }
+        #expect(seen.withLock { $0.count } == 4)
         try await server.close()
         try await group.shutdownGracefully()
     }

@@ -1,5 +1,6 @@
-import NIOCore
+public import NIOCore
 public import NIOSSL
+import NIOTLS
 import Synchronization
 import X509
 
@@ -11,8 +12,8 @@ import X509
 /// ```swift
 /// let tls = try PeerTLS(certificateChainPEM: issued.chainPEM, privateKeyPEM: deviceKeyPEM,
 ///                       verifier: PeerVerifier(roots: [root], trustDomain: "app-1234"))
-/// // in a channel initializer:
-/// try channel.pipeline.syncOperations.addHandler(tls.makeServerHandler { peer in print(peer.spiffeID) })
+/// // in a channel initializer, before the application's handlers:
+/// try tls.addServerHandlers(to: channel.pipeline.syncOperations) { peer in print(peer.spiffeID) }
 /// // before the CRL's nextUpdate, with the CA's latest (GET /v1/crl):
 /// try tls.updateRevocations(try RevocationList(crlDER, issuer: caIssuerCertificate))
 /// ```
@@ -68,10 +69,20 @@ public struct PeerTLS: Sendable {
         self.current = Current(verifier)
     }
 
-    /// The verifier the handshakes of every copy read, replaced as a whole.
-    private final class Current: Sendable {
+    /// The verifier the handshakes of every copy read, replaced as a whole, and the CA
+    /// certificates full handshakes presented after the leaf (DER, the latest
+    /// ``PeerVerifier/maxIntermediates``): a resumed session hands over only its leaf.
+    final class Current: Sendable {
         let value: Mutex<PeerVerifier>
+        let intermediates = Mutex<[[UInt8]]>([])
         init(_ verifier: PeerVerifier) { value = Mutex(verifier) }
+
+        func remember(intermediates presented: ArraySlice<[UInt8]>) {
+            intermediates.withLock { known in
+                for der in presented where !known.contains(der) { known.append(der) }
+                if known.count > PeerVerifier.maxIntermediates { known.removeFirst(known.count - PeerVerifier.maxIntermediates) }
+            }
+        }
     }
 
     /// Makes `list` the CRL that every handshake from now on checks, in handlers already made and
@@ -84,8 +95,8 @@ public struct PeerTLS: Sendable {
     /// earlier thisUpdate, or a lower CRL number — since an old CRL, replayed from before a
     /// revocation, would hide it. The same list again is accepted.
     ///
-    /// Connections already open are not checked again, and neither is a TLS session a peer
-    /// resumes (see the README's peer-side notes).
+    /// Connections already open are not checked again; a TLS session a peer resumes later is
+    /// (see ``addServerHandlers(to:onPeer:)``).
     public func updateRevocations(_ list: RevocationList) throws(PeerCAError) {
         try current.value.withLock { verifier throws(PeerCAError) in
             if let present = verifier.revocations {
@@ -104,20 +115,40 @@ public struct PeerTLS: Sendable {
         }
     }
 
-    /// A handler for the accepting side; `onPeer` receives the verified identity of the device
-    /// that connected (the handshake fails for any other).
-    public func makeServerHandler(onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }) -> NIOSSLServerHandler {
-        NIOSSLServerHandler(context: serverContext, customVerificationCallback: callback(role: .client, onPeer))
+    /// Adds to a new connection's pipeline, on the accepting side, TLS that presents this device's
+    /// certificate and verifies the device that connected (the handshake fails for any other),
+    /// then a check of resumed sessions; `onPeer` receives the verified identity.
+    ///
+    /// A TLS session the peer resumes (a TLS 1.3 ticket, a TLS 1.2 session ID or ticket) completes
+    /// without the certificate verification callback: the check added after TLS verifies the
+    /// session's certificate again — chain, time and the current CRL — before any data passes
+    /// either way, and closes the connection when it fails. Add the application's handlers after.
+    public func addServerHandlers(
+        to pipeline: ChannelPipeline.SynchronousOperations, onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }
+    ) throws(PeerCAError) {
+        let handshake = Handshake()
+        let tls = NIOSSLServerHandler(context: serverContext, customVerificationCallback: callback(role: .client, handshake, onPeer))
+        try add([tls, ResumedSessionCheck(current: current, role: .client, handshake: handshake, onPeer: onPeer)], to: pipeline)
     }
 
-    /// A handler for the connecting side; `onPeer` receives the verified identity of the device
-    /// connected to.
-    public func makeClientHandler(onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }) throws(PeerCAError) -> NIOSSLClientHandler {
+    /// Adds to a new connection's pipeline, on the connecting side, TLS that presents this
+    /// device's certificate and verifies the device connected to, then the same check of resumed
+    /// sessions as ``addServerHandlers(to:onPeer:)``; `onPeer` receives the verified identity.
+    public func addClientHandlers(
+        to pipeline: ChannelPipeline.SynchronousOperations, onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }
+    ) throws(PeerCAError) {
+        let handshake = Handshake()
+        let tls: NIOSSLClientHandler
         do {
-            return try NIOSSLClientHandler(context: clientContext, serverHostname: nil, customVerificationCallback: callback(role: .server, onPeer))
+            tls = try NIOSSLClientHandler(context: clientContext, serverHostname: nil, customVerificationCallback: callback(role: .server, handshake, onPeer))
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot create the TLS client handler (\(error))")
         }
+        try add([tls, ResumedSessionCheck(current: current, role: .server, handshake: handshake, onPeer: onPeer)], to: pipeline)
+    }
+
+    private func add(_ handlers: [any ChannelHandler], to pipeline: ChannelPipeline.SynchronousOperations) throws(PeerCAError) {
+        do { try pipeline.addHandlers(handlers) } catch { throw PeerCAError(.io, "cannot add the TLS handlers to the connection (\(error))") }
     }
 
     /// What peers may sign the handshake with: every key type the CA certifies. BoringSSL leaves
@@ -127,7 +158,9 @@ public struct PeerTLS: Sendable {
         .rsaPkcs1Sha256, .rsaPkcs1Sha384, .rsaPkcs1Sha512,
     ]
 
-    private func callback(role: PeerVerifier.Role, _ onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) -> NIOSSLCustomVerificationCallback {
+    private func callback(
+        role: PeerVerifier.Role, _ handshake: Handshake, _ onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void
+    ) -> NIOSSLCustomVerificationCallback {
         let current = self.current
         return { certificates, promise in
             let der = certificates.compactMap { try? $0.toDERBytes() }
@@ -135,6 +168,8 @@ public struct PeerTLS: Sendable {
             Task {
                 do {
                     let identity = try await verifier.verify(derChain: der, role: role)
+                    current.remember(intermediates: der.dropFirst())
+                    handshake.verified.store(true, ordering: .releasing)  // before the handshake can complete
                     onPeer(identity)
                     promise.succeed(.certificateVerified)
                 } catch {
@@ -142,5 +177,131 @@ public struct PeerTLS: Sendable {
                 }
             }
         }
+    }
+}
+
+/// Whether a connection's TLS handshake called the verification callback (a full handshake) or
+/// not (a resumed session).
+final class Handshake: Sendable {
+    let verified = Atomic<Bool>(false)
+}
+
+/// Sits after the TLS handler: holds every read and write until the handshake has completed and
+/// the peer is known to be acceptable now. After a full handshake that is at once (the callback
+/// verified the chain); after a resumed session, whose handshake skips the callback, the session's
+/// certificate is verified again here with the current verifier (its CRL, the time now) and the
+/// CA certificates that full handshakes presented. A peer that fails is disconnected before any
+/// data passes.
+final class ResumedSessionCheck: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private enum State { case handshaking, checking, open, refused }
+    private var state = State.handshaking
+    private var reads: [NIOAny] = []
+    private var readCompleted = false
+    private var writes: [(NIOAny, EventLoopPromise<Void>?)] = []
+    private var flushed = false
+    private let current: PeerTLS.Current
+    private let role: PeerVerifier.Role
+    private let handshake: Handshake
+    private let onPeer: @Sendable (PeerCertificateIdentity) -> Void
+
+    init(current: PeerTLS.Current, role: PeerVerifier.Role, handshake: Handshake, onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) {
+        self.current = current
+        self.role = role
+        self.handshake = handshake
+        self.onPeer = onPeer
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard state == .handshaking, case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        if handshake.verified.load(ordering: .acquiring) {
+            open(context, event)
+            return
+        }
+        // A resumed session: verify its certificate again before anything passes.
+        state = .checking
+        let leaf = (try? context.pipeline.syncOperations.handler(type: NIOSSLHandler.self).peerCertificate).flatMap { try? $0.toDERBytes() }
+        let chain = leaf.map { [$0] + current.intermediates.withLock { $0 } }
+        let verifier = current.value.withLock { $0 }
+        let role = self.role
+        let checked = context.eventLoop.makePromise(of: PeerCertificateIdentity?.self)
+        Task {
+            guard let chain else { return checked.succeed(nil) }
+            checked.succeed(try? await verifier.verify(derChain: chain, role: role))
+        }
+        checked.futureResult.assumeIsolated().whenSuccess { identity in
+            guard self.state == .checking else { return }
+            if let identity {
+                self.onPeer(identity)
+                self.open(context, event)
+            } else {
+                self.refuse(context)
+            }
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch state {
+        case .open: context.fireChannelRead(data)
+        case .handshaking, .checking: reads.append(data)
+        case .refused: break
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if state == .open { context.fireChannelReadComplete() } else { readCompleted = true }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch state {
+        case .open: context.write(data, promise: promise)
+        case .handshaking, .checking: writes.append((data, promise))
+        case .refused: promise?.fail(ChannelError.ioOnClosedChannel)
+        }
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        if state == .open { context.flush() } else { flushed = true }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        failWrites()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        failWrites()
+    }
+
+    private func open(_ context: ChannelHandlerContext, _ event: Any) {
+        state = .open
+        context.fireUserInboundEventTriggered(event)
+        let (reads, writes) = (self.reads, self.writes)
+        (self.reads, self.writes) = ([], [])
+        for data in reads { context.fireChannelRead(data) }
+        if readCompleted { context.fireChannelReadComplete() }
+        for (data, promise) in writes { context.write(data, promise: promise) }
+        if flushed { context.flush() }
+        (readCompleted, flushed) = (false, false)
+    }
+
+    private func refuse(_ context: ChannelHandlerContext) {
+        state = .refused
+        reads = []
+        failWrites()
+        context.close(promise: nil)
+    }
+
+    private func failWrites() {
+        let writes = self.writes
+        self.writes = []
+        for (_, promise) in writes { promise?.fail(ChannelError.ioOnClosedChannel) }
     }
 }
