@@ -29,6 +29,27 @@ struct CACLITests {
         #expect(try tokentool(["ca", "crl", "--dir", "ca", "--validity", "60"], cwd: dir).status == 0)
     }
 
+    /// A ledger that never answers (a PostgreSQL "server" that takes the connection and says
+    /// nothing) ends a ledger command at --ledger-timeout with a message naming the store without
+    /// its password; PostgresNIO's own connection wait is 120 s and its queries have none.
+    @Test func aLedgerThatNeverAnswersEndsTheCommandInTime() throws {
+        let dir = try temporaryDirectory()
+        #expect(try tokentool(["ca", "init", "--dir", "ca", "--app-id", "a"], cwd: dir).status == 0)
+        let listener = try LoopbackListener()
+        let store = "postgres://tokentool:s3cret@127.0.0.1:\(listener.port)/tt?sslmode=disable"
+        for command in [["ca", "list"], ["ca", "crl"], ["ca", "revoke", "ab"]] {
+            let start = Date()
+            let stalled = try tokentool(command + ["--dir", "ca", "--store", store, "--ledger-timeout", "1.5"], cwd: dir)
+            #expect(Date().timeIntervalSince(start) < 60, "\(command)")
+            #expect(stalled.status == 1, "\(command): \(stalled.err)")
+            #expect(stalled.err.contains("did not answer within 1.5 s (--ledger-timeout)"), "\(command): \(stalled.err)")
+            #expect(stalled.err.contains("127.0.0.1:\(listener.port)") && !stalled.err.contains("s3cret"), "\(command): \(stalled.err)")
+        }
+        let refused = try tokentool(["ca", "list", "--dir", "ca", "--ledger-timeout", "0"], cwd: dir)
+        #expect(refused.status == 2 && refused.err.contains("--ledger-timeout must be more than 0"), "\(refused.err)")
+        withExtendedLifetime(listener) {}
+    }
+
     /// A certificate past its notAfter is listed as expired, in the text and in the JSON alike
     /// (the JSON said "valid" for it before).
     @Test func anExpiredCertificateIsListedAsExpired() async throws {

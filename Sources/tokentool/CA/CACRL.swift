@@ -34,7 +34,7 @@ struct CACRL: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let crl = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
+        let crl = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store, issuing: false) { ca in
             try await ca.crl(validity: validity)
         }
         if der {

@@ -57,7 +57,7 @@ struct CAIssue: AsyncParsableCommand {
     func run() async throws {
         let text = try Input.token(token)
         try await CADeployment(directory: dir).withCA(
-            passphrase: passphrase, store: store.store, allowInsecure: options.allowInsecureKeyFile, issuing: true
+            passphrase: passphrase, store: store, allowInsecure: options.allowInsecureKeyFile, issuing: true
         ) { ca in
             try await issue(text, with: ca)
         }

@@ -37,7 +37,7 @@ struct CAList: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
+        let entries = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store, issuing: false) { ca in
             if let subject { try await ca.ledger.entries(subject: subject) } else { try await ca.ledger.recent(limit: limit) }
         }
         let now = Date()

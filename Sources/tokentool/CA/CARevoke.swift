@@ -61,7 +61,7 @@ struct CARevoke: AsyncParsableCommand {
             return
         }
         guard let serial else { return }
-        let entry = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
+        let entry = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store, issuing: false) { ca in
             try await ca.revoke(serial: serial, reason: reason ?? .unspecified)
         }
         if case .revoked(let at, let reason) = entry.status {
@@ -72,7 +72,7 @@ struct CARevoke: AsyncParsableCommand {
     /// Revokes the account's certificates and ends its sessions in one ledger transaction.
     func revoke(account: String) async throws {
         let now = Date()
-        let revoked = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store.store, issuing: false) { ca in
+        let revoked = try await CADeployment(directory: dir).withCA(passphrase: passphrase, store: store, issuing: false) { ca in
             try await ca.ledger.revokeAccount(account, reason: reason ?? .unspecified, at: now)
         }
         for entry in revoked {
