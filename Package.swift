@@ -268,6 +268,8 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "NIOCore", package: "swift-nio", condition: peerCA),
                 .product(name: "NIOPosix", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOEmbedded", package: "swift-nio", condition: peerCA),
+                .product(name: "NIOTLS", package: "swift-nio", condition: peerCA),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerCA),
             ],
             swiftSettings: strictSettings

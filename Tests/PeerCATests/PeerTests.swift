@@ -1,11 +1,13 @@
 import Foundation
 import NIOCore
+import NIOEmbedded
 import NIOPosix
 import NIOSSL
 @testable import PeerCA
 import Synchronization
 import TestSupport
 import Testing
+import NIOTLS
 import TokenKit
 import X509
 
@@ -226,6 +228,13 @@ extension PeerTests {
         let stranger = try RevocationList(try await devices.other.ca.crl(), issuer: devices.other.material.authority.issuer)
         let foreign = #expect(throws: PeerCAError.self) { try bobTLS.updateRevocations(stranger) }
         #expect(foreign?.code == .invalidCAMaterial)
+        // A CRL that is not current at the device's clock (here two days on: past its nextUpdate) is refused.
+        let later = try devices.tls(
+            "bob", devices.bob,
+            verifier: PeerVerifier(roots: [test.root], trustDomain: "app-1234.peers.example", clock: .fixed(Date().timeIntervalSince1970 + 2 * 86_400)))
+        let stale = #expect(throws: PeerCAError.self) { try later.updateRevocations(after) }
+        #expect(stale?.message.contains("the CRL is not current") == true, "\(String(describing: stale))")
+        #expect(later.verifier.revocations == nil)
         #expect(try await talk() == nil)
         try await server.close()
         try await group.shutdownGracefully()
@@ -256,11 +265,12 @@ extension PeerTests {
             .bind(host: "127.0.0.1", port: 0).get()
         let port = try #require(server.localAddress?.port)
         // s_client sends a line once the session tickets have arrived, then quits; Echo answers it.
-        func connect(_ version: String, _ session: String) throws -> (reused: Bool, echoed: Bool, output: String) {
+        func connect(_ version: String, _ session: String) async throws -> (reused: Bool, echoed: Bool, output: String) {
             let command =
                 "(sleep 1; echo hello-\(version); sleep 1; echo Q) | openssl s_client \(version) -connect 127.0.0.1:\(port) -cert alice.pem"
                 + " -cert_chain alice-intermediates.pem -key alice.key -CAfile root.pem \(session) session\(version).pem"
-            let result = try TestSupport.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command], cwd: devices.openssl.dir)
+            // Off the cooperative pool: the server's verification needs one of its threads meanwhile.
+            let result = try await runDetached(URL(fileURLWithPath: "/bin/sh"), ["-c", command], cwd: devices.openssl.dir)
             let output = result.out + result.err
             // s_client prints what it receives, not what it sends; the lines that tell, for a failure's message.
             let summary = output.split(separator: "\n").filter { $0.contains("Reused") || $0.contains("New, ") || $0.contains("hello") || $0.contains("rror") }
@@ -268,9 +278,9 @@ extension PeerTests {
         }
         let alice = "spiffe://app-1234.peers.example/idp.example/alice"
         for version in ["-tls1_3", "-tls1_2"] {
-            let first = try connect(version, "-sess_out")
+            let first = try await connect(version, "-sess_out")
             #expect(!first.reused && first.echoed, "\(version): \(first.output)")
-            let resumed = try connect(version, "-sess_in")
+            let resumed = try await connect(version, "-sess_in")
             #expect(resumed.reused && resumed.echoed, "\(version): the session is resumed and data flows: \(resumed.output)")
         }
         #expect(seen.withLock { $0 } == Array(repeating: alice, count: 4), "a resumed connection names its peer too")
@@ -278,13 +288,83 @@ extension PeerTests {
         _ = try await test.ca.revoke(serial: devices.alice.serial, reason: .keyCompromise)
         try bobTLS.updateRevocations(try RevocationList(try await test.ca.crl(), issuer: issuer))
         for version in ["-tls1_3", "-tls1_2"] {
-            let resumed = try connect(version, "-sess_in")
+            let resumed = try await connect(version, "-sess_in")
             #expect(resumed.reused, "\(version): TLS resumes the session: \(resumed.output)")
             #expect(!resumed.echoed, "\(version): alice, revoked since, is disconnected before her data is answered: \(resumed.output)")
         }
         #expect(seen.withLock { $0.count } == 4)
         try await server.close()
         try await group.shutdownGracefully()
+    }
+}
+
+extension PeerTests {
+    /// The handler after TLS on its own (NIOAsyncTestingChannel, no network): nothing passes before
+    /// the handshake has completed; then the writes held go first, in order, ahead of what the
+    /// application writes on hearing of the handshake, and the reads held follow the event. A
+    /// resumed session whose certificate cannot be verified (here: none) is closed, its reads
+    /// dropped and its writes failed.
+    @Test func theCheckHoldsEverythingUntilTheHandshakeIsVerified() async throws {
+        let devices = try await Devices()
+        let verifier = PeerVerifier(roots: [devices.test.root])
+        let configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(devices.bob.chainPEM.utf8)).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(try devices.keyPEM("bob").utf8), format: .pem)))
+        func channel(verified: Bool) async throws -> (NIOAsyncTestingChannel, Recorder) {
+            let handshake = Handshake()
+            handshake.verified.store(verified, ordering: .relaxed)
+            let check = ResumedSessionCheck(
+                tls: NIOSSLServerHandler(context: try NIOSSLContext(configuration: configuration)), current: PeerTLS.Current(verifier, own: []),
+                role: .client, handshake: handshake, onPeer: { _ in })
+            let recorder = Recorder()
+            let channel = NIOAsyncTestingChannel()
+            try await channel.pipeline.addHandlers([check, recorder])
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
+            return (channel, recorder)
+        }
+
+        let (verified, recorder) = try await channel(verified: true)
+        let preface = verified.testingEventLoop.makePromise(of: Void.self)
+        verified.pipeline.writeAndFlush(ByteBuffer(string: "preface"), promise: preface)  // the application's, before the handshake
+        try await verified.writeInbound(ByteBuffer(string: "early"))
+        #expect(try await verified.readOutbound(as: ByteBuffer.self) == nil, "nothing leaves before the handshake")
+        #expect(recorder.reads.withLock { $0 }.isEmpty, "nothing arrives before the handshake")
+        verified.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
+        await verified.testingEventLoop.run()
+        try await preface.futureResult.get()
+        #expect(try await verified.readOutbound(as: ByteBuffer.self) == ByteBuffer(string: "preface"))
+        #expect(try await verified.readOutbound(as: ByteBuffer.self) == ByteBuffer(string: "hello"), "written on the event, after the preface")
+        #expect(recorder.reads.withLock { $0 } == ["early"])
+        _ = try? await verified.finish()
+
+        let (unverified, nobody) = try await channel(verified: false)
+        let held = unverified.testingEventLoop.makePromise(of: Void.self)
+        unverified.pipeline.writeAndFlush(ByteBuffer(string: "secret"), promise: held)
+        try await unverified.writeInbound(ByteBuffer(string: "from a revoked peer"))
+        unverified.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
+        await #expect(throws: ChannelError.self) { try await held.futureResult.get() }
+        #expect(try await unverified.readOutbound(as: ByteBuffer.self) == nil, "nothing was sent to it")
+        #expect(nobody.reads.withLock { $0 }.isEmpty && !nobody.sawHandshake.withLock { $0 }, "nothing reached the application")
+        #expect(!unverified.isActive, "the connection is closed")
+    }
+}
+
+/// Records what reaches the application, and writes "hello" when the handshake is reported.
+final class Recorder: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let reads = Mutex<[String]>([])
+    let sawHandshake = Mutex(false)
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let text = String(buffer: unwrapInboundIn(data))
+        reads.withLock { $0.append(text) }
+    }
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent {
+            sawHandshake.withLock { $0 = true }
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: "hello")), promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 }
 

@@ -1,7 +1,10 @@
+import Foundation
 public import NIOCore
 public import NIOSSL
 import NIOTLS
+import SwiftASN1
 import Synchronization
+import TokenKit
 import X509
 
 /// Mutual TLS between devices holding peer certificates: builds swift-nio-ssl handlers from a
@@ -66,23 +69,41 @@ public struct PeerTLS: Sendable {
         }
         self.serverConfiguration = server
         self.clientConfiguration = client
-        self.current = Current(verifier)
+        // The device's own CA certificates: what a peer of the same CA chains through.
+        let own = chain.dropFirst().compactMap { certificate in (try? certificate.toDERBytes()).flatMap { try? Certificate(derEncoded: $0) } }
+        self.current = Current(verifier, own: own.filter { !verifier.roots.contains($0) })
     }
 
-    /// The verifier the handshakes of every copy read, replaced as a whole, and the CA
-    /// certificates full handshakes presented after the leaf (DER, the latest
-    /// ``PeerVerifier/maxIntermediates``): a resumed session hands over only its leaf.
+    /// The verifier the handshakes of every copy read, replaced as a whole, and the CA certificates
+    /// a resumed session's leaf is verified through (it hands over only its leaf): the device's own
+    /// intermediates, and those of paths full handshakes validated — the latest, as many as
+    /// ``PeerVerifier/maxIntermediates`` leaves room for. Only validated paths add to it, so a
+    /// peer cannot crowd a CA certificate out with certificates it merely sent along.
     final class Current: Sendable {
         let value: Mutex<PeerVerifier>
-        let intermediates = Mutex<[[UInt8]]>([])
-        init(_ verifier: PeerVerifier) { value = Mutex(verifier) }
+        private let own: [Certificate]
+        private let seen = Mutex<[Certificate]>([])
 
-        func remember(intermediates presented: ArraySlice<[UInt8]>) {
-            intermediates.withLock { known in
-                for der in presented where !known.contains(der) { known.append(der) }
-                if known.count > PeerVerifier.maxIntermediates { known.removeFirst(known.count - PeerVerifier.maxIntermediates) }
+        init(_ verifier: PeerVerifier, own: [Certificate]) {
+            value = Mutex(verifier)
+            self.own = Array(own.prefix(PeerVerifier.maxIntermediates))
+        }
+
+        /// The CA certificates of a validated path (leaf first, root last), most recent last.
+        func remember(path: [Certificate]) {
+            let room = PeerVerifier.maxIntermediates - own.count
+            guard room > 0, path.count > 2 else { return }
+            seen.withLock { seen in
+                for certificate in path.dropFirst().dropLast() where !own.contains(certificate) {
+                    seen.removeAll { $0 == certificate }
+                    seen.append(certificate)
+                }
+                if seen.count > room { seen.removeFirst(seen.count - room) }
             }
         }
+
+        /// The CA certificates to offer a resumed session's leaf to the verifier with.
+        var intermediates: [Certificate] { own + seen.withLock { $0 } }
     }
 
     /// Makes `list` the CRL that every handshake from now on checks, in handlers already made and
@@ -91,24 +112,32 @@ public struct PeerTLS: Sendable {
     /// the CA's latest CRL (`GET /v1/crl`, a new one at least every half validity) before then.
     ///
     /// Refused, leaving the current CRL in place (``PeerCAError/Code/invalidCAMaterial``): a list
-    /// from another issuer than the current one's, and a list older than the current one — an
-    /// earlier thisUpdate, or a lower CRL number — since an old CRL, replayed from before a
-    /// revocation, would hide it. The same list again is accepted.
+    /// that is not current at the verifier's clock (thisUpdate more than
+    /// ``PeerVerifier/crlClockSkew`` ahead, past its nextUpdate, or without one); one from another
+    /// issuer than the current list's, by name or signing key; and one older than the current
+    /// list — a lower CRL number when both carry one, else an earlier thisUpdate — since an old
+    /// CRL, replayed from before a revocation, would hide it. The same list again is accepted.
     ///
     /// Connections already open are not checked again; a TLS session a peer resumes later is
     /// (see ``addServerHandlers(to:onPeer:)``).
     public func updateRevocations(_ list: RevocationList) throws(PeerCAError) {
         try current.value.withLock { verifier throws(PeerCAError) in
+            let now = Date(timeIntervalSince1970: verifier.clock.now.rounded(.down))
+            guard let nextUpdate = list.nextUpdate, list.thisUpdate <= now + PeerVerifier.crlClockSkew, now <= nextUpdate else {
+                let next = list.nextUpdate.map { ISO8601Text.string($0) } ?? "none"
+                throw PeerCAError(
+                    .invalidCAMaterial, "the CRL is not current (thisUpdate \(ISO8601Text.string(list.thisUpdate)), nextUpdate \(next), now \(ISO8601Text.string(now)))")
+            }
             if let present = verifier.revocations {
-                guard list.issuer == present.issuer else {
-                    throw PeerCAError(.invalidCAMaterial, "the CRL is from \(list.issuer), not from \(present.issuer) as the current one")
+                guard list.issuer == present.issuer, list.signerKey == present.signerKey else {
+                    throw PeerCAError(.invalidCAMaterial, "the CRL is from \(list.issuer), not from the current CRL's issuer \(present.issuer) and key")
                 }
-                var older = list.thisUpdate < present.thisUpdate
-                if let number = list.number, let presentNumber = present.number, number < presentNumber { older = true }
+                let older: Bool
+                if let number = list.number, let presentNumber = present.number { older = number < presentNumber } else { older = list.thisUpdate < present.thisUpdate }
                 guard !older else {
                     throw PeerCAError(
                         .invalidCAMaterial,
-                        "the CRL is older than the current one (thisUpdate \(list.thisUpdate), number \(list.number.map(String.init) ?? "none"); current \(present.thisUpdate), number \(present.number.map(String.init) ?? "none"))")
+                        "the CRL is older than the current one (number \(list.number.map(String.init) ?? "none"), thisUpdate \(ISO8601Text.string(list.thisUpdate)); current \(present.number.map(String.init) ?? "none"), \(ISO8601Text.string(present.thisUpdate)))")
                 }
             }
             verifier = PeerVerifier(roots: verifier.roots, trustDomain: verifier.trustDomain, revocations: list, clock: verifier.clock)
@@ -128,7 +157,7 @@ public struct PeerTLS: Sendable {
     ) throws(PeerCAError) {
         let handshake = Handshake()
         let tls = NIOSSLServerHandler(context: serverContext, customVerificationCallback: callback(role: .client, handshake, onPeer))
-        try add([tls, ResumedSessionCheck(current: current, role: .client, handshake: handshake, onPeer: onPeer)], to: pipeline)
+        try add([tls, ResumedSessionCheck(tls: tls, current: current, role: .client, handshake: handshake, onPeer: onPeer)], to: pipeline)
     }
 
     /// Adds to a new connection's pipeline, on the connecting side, TLS that presents this
@@ -144,7 +173,7 @@ public struct PeerTLS: Sendable {
         } catch {
             throw PeerCAError(.invalidCAMaterial, "cannot create the TLS client handler (\(error))")
         }
-        try add([tls, ResumedSessionCheck(current: current, role: .server, handshake: handshake, onPeer: onPeer)], to: pipeline)
+        try add([tls, ResumedSessionCheck(tls: tls, current: current, role: .server, handshake: handshake, onPeer: onPeer)], to: pipeline)
     }
 
     private func add(_ handlers: [any ChannelHandler], to pipeline: ChannelPipeline.SynchronousOperations) throws(PeerCAError) {
@@ -167,8 +196,8 @@ public struct PeerTLS: Sendable {
             let verifier = current.value.withLock { $0 }  // the CRL of the latest update, at each handshake
             Task {
                 do {
-                    let identity = try await verifier.verify(derChain: der, role: role)
-                    current.remember(intermediates: der.dropFirst())
+                    let (identity, path) = try await verifier.verifiedPath(chain: try PeerVerifier.certificates(der), role: role)
+                    current.remember(path: path)
                     handshake.verified.store(true, ordering: .releasing)  // before the handshake can complete
                     onPeer(identity)
                     promise.succeed(.certificateVerified)
@@ -186,30 +215,40 @@ final class Handshake: Sendable {
     let verified = Atomic<Bool>(false)
 }
 
-/// Sits after the TLS handler: holds every read and write until the handshake has completed and
-/// the peer is known to be acceptable now. After a full handshake that is at once (the callback
-/// verified the chain); after a resumed session, whose handshake skips the callback, the session's
-/// certificate is verified again here with the current verifier (its CRL, the time now) and the
-/// CA certificates that full handshakes presented. A peer that fails is disconnected before any
-/// data passes.
+/// Sits after the TLS handler: holds every read, write and event until the handshake has
+/// completed and the peer is known to be acceptable now. After a full handshake that is at once
+/// (the callback verified the chain); after a resumed session, whose handshake skips the callback,
+/// the session's certificate is verified again here with the current verifier (its CRL, the time
+/// now) and the CA certificates of ``PeerTLS/Current``. A peer that fails is disconnected before
+/// any data passes either way. Once open, writes held go first, in order, then the handshake's
+/// event, the reads and the other events held.
 final class ResumedSessionCheck: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private enum State { case handshaking, checking, open, refused }
+    private enum State { case handshaking, checking, open, closed }
+    private enum Inbound {
+        case read(NIOAny)
+        case readComplete
+        case event(Any)
+    }
     private var state = State.handshaking
-    private var reads: [NIOAny] = []
-    private var readCompleted = false
+    private var inbound: [Inbound] = []
     private var writes: [(NIOAny, EventLoopPromise<Void>?)] = []
     private var flushed = false
+    private let tls: NIOSSLHandler
     private let current: PeerTLS.Current
     private let role: PeerVerifier.Role
     private let handshake: Handshake
     private let onPeer: @Sendable (PeerCertificateIdentity) -> Void
 
-    init(current: PeerTLS.Current, role: PeerVerifier.Role, handshake: Handshake, onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void) {
+    init(
+        tls: NIOSSLHandler, current: PeerTLS.Current, role: PeerVerifier.Role, handshake: Handshake,
+        onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void
+    ) {
+        self.tls = tls
         self.current = current
         self.role = role
         self.handshake = handshake
@@ -217,53 +256,70 @@ final class ResumedSessionCheck: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard state == .handshaking, case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent else {
-            context.fireUserInboundEventTriggered(event)
-            return
+        switch state {
+        case .open: context.fireUserInboundEventTriggered(event)
+        case .closed: break
+        case .checking: inbound.append(.event(event))
+        case .handshaking:
+            guard case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent else {
+                inbound.append(.event(event))
+                return
+            }
+            inbound.insert(.event(event), at: 0)
+            if handshake.verified.load(ordering: .acquiring) {
+                open(context)
+            } else {
+                check(context)
+            }
         }
-        if handshake.verified.load(ordering: .acquiring) {
-            open(context, event)
-            return
-        }
-        // A resumed session: verify its certificate again before anything passes.
+    }
+
+    /// A resumed session: its certificate (from this connection's own TLS handler) verified again
+    /// before anything passes.
+    private func check(_ context: ChannelHandlerContext) {
         state = .checking
-        let leaf = (try? context.pipeline.syncOperations.handler(type: NIOSSLHandler.self).peerCertificate).flatMap { try? $0.toDERBytes() }
-        let chain = leaf.map { [$0] + current.intermediates.withLock { $0 } }
-        let verifier = current.value.withLock { $0 }
+        let leaf = tls.peerCertificate.flatMap { try? $0.toDERBytes() }.flatMap { try? Certificate(derEncoded: $0) }
+        let current = self.current
         let role = self.role
         let checked = context.eventLoop.makePromise(of: PeerCertificateIdentity?.self)
         Task {
-            guard let chain else { return checked.succeed(nil) }
-            checked.succeed(try? await verifier.verify(derChain: chain, role: role))
+            guard let leaf else { return checked.succeed(nil) }
+            let verifier = current.value.withLock { $0 }
+            checked.succeed(try? await verifier.verify(chain: [leaf] + current.intermediates, role: role))
         }
         checked.futureResult.assumeIsolated().whenSuccess { identity in
-            guard self.state == .checking else { return }
-            if let identity {
-                self.onPeer(identity)
-                self.open(context, event)
-            } else {
-                self.refuse(context)
-            }
+            guard self.state == .checking else { return }  // closed meanwhile
+            guard let identity, context.channel.isActive else { return self.close(context) }
+            self.onPeer(identity)
+            self.open(context)
         }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch state {
         case .open: context.fireChannelRead(data)
-        case .handshaking, .checking: reads.append(data)
-        case .refused: break
+        case .handshaking, .checking: inbound.append(.read(data))
+        case .closed: break
         }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if state == .open { context.fireChannelReadComplete() } else { readCompleted = true }
+        switch state {
+        case .open: context.fireChannelReadComplete()
+        case .handshaking, .checking: inbound.append(.readComplete)
+        case .closed: break
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if state != .closed { context.fireErrorCaught(error) }
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch state {
         case .open: context.write(data, promise: promise)
         case .handshaking, .checking: writes.append((data, promise))
-        case .refused: promise?.fail(ChannelError.ioOnClosedChannel)
+        case .closed: promise?.fail(ChannelError.ioOnClosedChannel)
         }
     }
 
@@ -272,34 +328,38 @@ final class ResumedSessionCheck: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        failWrites()
+        discard()  // nothing held reaches the application after the connection is gone
         context.fireChannelInactive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        failWrites()
+        discard()
     }
 
-    private func open(_ context: ChannelHandlerContext, _ event: Any) {
+    private func open(_ context: ChannelHandlerContext) {
         state = .open
-        context.fireUserInboundEventTriggered(event)
-        let (reads, writes) = (self.reads, self.writes)
-        (self.reads, self.writes) = ([], [])
-        for data in reads { context.fireChannelRead(data) }
-        if readCompleted { context.fireChannelReadComplete() }
+        let (writes, inbound, flushed) = (self.writes, self.inbound, self.flushed)
+        (self.writes, self.inbound, self.flushed) = ([], [], false)
         for (data, promise) in writes { context.write(data, promise: promise) }
         if flushed { context.flush() }
-        (readCompleted, flushed) = (false, false)
+        for item in inbound {
+            switch item {
+            case .read(let data): context.fireChannelRead(data)
+            case .readComplete: context.fireChannelReadComplete()
+            case .event(let event): context.fireUserInboundEventTriggered(event)
+            }
+        }
     }
 
-    private func refuse(_ context: ChannelHandlerContext) {
-        state = .refused
-        reads = []
-        failWrites()
+    private func close(_ context: ChannelHandlerContext) {
+        discard()
         context.close(promise: nil)
     }
 
-    private func failWrites() {
+    /// Nothing held passes any more: reads and events are dropped, writes fail.
+    private func discard() {
+        state = .closed
+        inbound = []
         let writes = self.writes
         self.writes = []
         for (_, promise) in writes { promise?.fail(ChannelError.ioOnClosedChannel) }

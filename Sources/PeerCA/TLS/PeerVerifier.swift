@@ -85,11 +85,18 @@ public struct PeerVerifier: Sendable {
 
     /// Verifies a presented chain (leaf first) and returns the peer's identity.
     public func verify(chain: [Certificate], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
+        try await verifiedPath(chain: chain, role: role).identity
+    }
+
+    /// ``verify(chain:role:)``, with the path it validated: leaf first, the root last. (``PeerTLS``
+    /// keeps the CA certificates of validated paths, not whatever else a peer sent along.)
+    func verifiedPath(chain: [Certificate], role: Role) async throws(PeerCAError) -> (identity: PeerCertificateIdentity, path: [Certificate]) {
         guard let leaf = chain.first else { throw PeerCAError(.untrustedPeer, "the peer presented no certificate") }
         let result = try await validate(leaf: leaf, intermediates: Array(chain.dropFirst()), role: role, requireSPIFFEID: true)
+        let path: [Certificate]
         switch result {
-        case .validCertificate:
-            break
+        case .validCertificate(let validated):
+            path = Array(validated)
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
             if reasons.contains(PeerLeafPolicy.revokedReason) {
@@ -102,9 +109,10 @@ public struct PeerVerifier: Sendable {
             throw PeerCAError(.untrustedPeer, "the peer's certificate has no SPIFFE ID")
         }
         let commonName = leaf.subject.flatMap { $0 }.first { $0.type == .RDNAttributeType.commonName }.flatMap { String($0.value) }
-        return PeerCertificateIdentity(
+        let identity = PeerCertificateIdentity(
             spiffeID: uri, trustDomain: parts.trustDomain, path: parts.path, commonName: commonName,
             serial: SerialNumbers.hex(leaf.serialNumber), notAfter: leaf.notValidAfter)
+        return (identity, path)
     }
 
     /// The path validation of ``verify(chain:role:)``: RFC 5280 (swift-certificates' `Verifier` and
@@ -134,11 +142,16 @@ public struct PeerVerifier: Sendable {
 
     /// Verifies a chain given as DER certificates (what TLS hands over), leaf first.
     public func verify(derChain: [[UInt8]], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
+        try await verify(chain: try Self.certificates(derChain), role: role)
+    }
+
+    /// DER certificates parsed; a malformed one is the peer's fault.
+    static func certificates(_ derChain: [[UInt8]]) throws(PeerCAError) -> [Certificate] {
         var chain: [Certificate] = []
         for der in derChain {
             do { chain.append(try Certificate(derEncoded: der)) } catch { throw PeerCAError(.untrustedPeer, "the peer sent a malformed certificate") }
         }
-        return try await verify(chain: chain, role: role)
+        return chain
     }
 }
 
