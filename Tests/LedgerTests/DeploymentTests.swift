@@ -1,5 +1,5 @@
 import Foundation
-import PeerCA
+@testable import PeerCA
 import TestSupport
 import Testing
 
@@ -64,6 +64,47 @@ struct DeploymentTests {
         try FileManager.default.createSymbolicLink(atPath: other.settingsPath, withDestinationPath: "/nonexistent/ca.json")
         #expect(throws: PeerCAError.self) { try other.create(material, settings: CASettings(appID: "app"), passphrase: nil) }
         #expect(try FileManager.default.contentsOfDirectory(atPath: other.directory) == ["ca.json"])
+    }
+
+    /// A new CA directory appears whole or not at all: its files are written into a hidden
+    /// directory beside it and that is renamed into place, so a process killed midway (which no
+    /// rollback can follow) leaves nothing at the CA's name that a retry would refuse to overwrite
+    /// or a server would half load. An error midway removes the hidden directory too.
+    @Test func aNewCADirectoryAppearsWholeOrNotAtAll() throws {
+        let parent = try temporaryDirectory()
+        let dir = parent.appendingPathComponent("state/ca").path
+        let deployment = CADeployment(directory: dir)
+        let material = try CertificateAuthority.create(name: "Test", withIntermediate: true)
+        let settings = CASettings(appID: "app")
+        var seen: [String] = []
+        try deployment.files.create(material, passphrase: nil, then: [try deployment.settingsFile(settings)]) { path in
+            // At every point a crash could come, the CA's name holds nothing.
+            #expect(!FileManager.default.fileExists(atPath: dir), "\(path) written while \(dir) already exists")
+            #expect((path as NSString).deletingLastPathComponent.hasPrefix(parent.appendingPathComponent("state/.ca.creating-").path), "\(path)")
+            seen.append((path as NSString).lastPathComponent)
+        }
+        #expect(seen == ["issuer.key", "root.key", "root.pem", "issuer.pem", "ca.json"])
+        #expect(deployment.exists)
+        #expect(try deployment.settings() == settings)
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: dir)) == Set(seen))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: parent.appendingPathComponent("state").path) == ["ca"], "no hidden directory left")
+        #expect(SecureFile.permissions(dir) == 0o700)
+        #expect(SecureFile.permissions(deployment.files.issuerKey) == 0o600)
+        _ = try deployment.files.load(passphrase: nil)
+
+        // A failure after the keys (here the third file): nothing at the name, no hidden directory.
+        let other = CADeployment(directory: parent.appendingPathComponent("other").path)
+        struct Stop: Error {}
+        var count = 0
+        #expect(throws: PeerCAError.self) {
+            try other.files.create(material, passphrase: nil, then: []) { _ in
+                count += 1
+                if count == 3 { throw Stop() }
+            }
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path).sorted() == ["state"])
+        try other.create(material, settings: settings, passphrase: nil)
+        #expect(other.exists)
     }
 
     @Test func createWritesKeysCertificatesAndSettingsOnce() throws {

@@ -53,7 +53,7 @@ public struct CADeployment: Sendable {
     }
 
     /// `ca.json` for `settings`: mode 0644, or 0600 when its store URL holds a password.
-    private func settingsFile(_ settings: CASettings) throws(PeerCAError) -> SecureFile.NewFile {
+    func settingsFile(_ settings: CASettings) throws(PeerCAError) -> SecureFile.NewFile {
         SecureFile.NewFile(path: settingsPath, contents: try settings.encoded(), mode: settings.store?.holdsPassword == true ? 0o600 : 0o644)
     }
 
