@@ -250,6 +250,13 @@ public final class TokenService: Sendable {
                 validity = seconds
             }
             let issued = try await ca.issue(identity: outcome.identity, csr: try ValidatedCSR(csr), validity: validity)
+            // A logout through this instance between the check and the record: the logout's
+            // revocation may have run before this certificate was recorded, so it goes now. (The
+            // end is noted before the logout writes, so a check that missed it finds it here.)
+            do throws(ServiceRefusal) { try sessions.check(outcome.identity) } catch {
+                _ = try? await ca.revoke(serial: issued.serial, reason: .cessationOfOperation)
+                return .error(401, error.code, error.message)
+            }
             if issued.isRepeat {
                 // A retry with a one-use token already used for this key: the same certificate again.
                 counters.counter("tokenserver_certificates_repeated_total", [("provider", request.providerName)]).increment()
@@ -296,9 +303,12 @@ public final class TokenService: Sendable {
         do {
             let (issued, previous) = try await ca.renew(
                 presented: presented, csr: Array(csr.utf8), maximumSessionAge: configuration.maxSessionAge, validity: validity)
-            if let end = sessions.endedAt(previous.commonName), end >= previous.issuedAt {
-                // Ended after the current certificate was issued: the logout revoked it, but a
-                // renewal racing the logout on another instance must not outlive it.
+            if let end = sessions.endedAt(previous.commonName), end >= previous.sessionStart ?? previous.issuedAt {
+                // Ended after the session the current certificate continues began: the logout
+                // revoked that certificate, or — recorded by an instance whose list had not heard
+                // of the logout yet — should have; neither it nor a renewal racing the logout on
+                // another instance may carry the session on (compared with the issue time, a
+                // certificate recorded after the logout renewed until the session limit).
                 _ = try? await ca.revoke(serial: issued.serial, reason: .cessationOfOperation)
                 return .error(401, "session_ended", "the account's sessions were ended; sign in again")
             }
@@ -339,9 +349,12 @@ public final class TokenService: Sendable {
     /// Revokes an account's certificates and ends its sessions; the answer lists what was revoked.
     func endSessions(of account: String, reason: LedgerEntry.RevocationReason, by: String) async -> ServiceResponse {
         let now = Date()
+        // Noted before the ledger's write: an issuance on this instance that checked before this
+        // line and records after the revocation below finds the end when it checks again. (A
+        // failed write leaves this instance refusing the account's older tokens: it fails closed.)
+        sessions.note(account, endedAt: now)
         do {
             let revoked = try await ca.ledger.revokeAccount(account, reason: reason, at: now)
-            sessions.note(account, endedAt: now)
             counters.counter("tokenserver_sessions_ended_total", [("by", by)]).increment()
             logger.notice("sessions ended", metadata: ["account": "\(account)", "by": "\(by)", "revoked": "\(revoked.count)"])
             return .json(200, .object([

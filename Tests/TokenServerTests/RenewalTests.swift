@@ -143,6 +143,26 @@ struct RenewalTests {
             let (limitStatus, limit) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("j"))], device: try device("i", lateIssued))
             #expect(limitStatus == 403)
             #expect(limit["error"]?.objectValue?["code"]?.stringValue == "session_expired")
+
+            // A logout racing an issuance on an instance that had not heard of it yet: the
+            // certificate is recorded after the logout's revocation, for a session that began
+            // before it (here issued by the CA directly, past the check that would refuse the
+            // token now). It does not renew: the end is compared with the session's start, not
+            // with the certificate's issue time (which renewed such a certificate until the limit).
+            let racing = try server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) - 5)])
+            let identity = try #require(try await server.service.providers.providers["dev"]?.verify(racing).identity)
+            _ = await server.service.endSessions(of: identity.accountUID, reason: .cessationOfOperation, by: "logout")
+            let straggler = try await server.service.ca.issue(identity: identity, csr: try ValidatedCSR(Array(try await csr("k").utf8)))
+            let (stragglerStatus, stragglerReply) = try await post(
+                "/v1/certificates/renew", ["csr": .string(try await csr("l"))], device: try device("k", ["certificate": .string(straggler.chainPEM)]))
+            #expect(stragglerStatus == 401, "\(stragglerReply)")
+            #expect(stragglerReply["error"]?.objectValue?["code"]?.stringValue == "session_ended")
+            // A new sign-in after the logout renews as before.
+            let fresh = try server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) + 1)])
+            let (freshStatus, freshIssued) = try await post("/v1/certificates", ["provider": .string("dev"), "token": .string(fresh), "csr": .string(try await csr("m"))])
+            #expect(freshStatus == 200, "\(freshIssued)")
+            let (freshRenewedStatus, freshRenewed) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("n"))], device: try device("m", freshIssued))
+            #expect(freshRenewedStatus == 200, "\(freshRenewed)")
         }
     }
 }

@@ -112,30 +112,15 @@ struct SessionDenyListTests {
 /// A real ledger whose ended-sessions reads reaching back further than `limit` seconds before
 /// `now` fail, as a store's statement timeout would fail a whole read; everything else is the
 /// ledger's own.
-final class WholeReadsFail: CertificateLedger {
-    let ledger: any CertificateLedger
+final class WholeReadsFail: ForwardingLedger, @unchecked Sendable {
     let limit: Mutex<TimeInterval>
     let now = Mutex(Date())
     init(ledger: any CertificateLedger, limit: TimeInterval) {
-        self.ledger = ledger
         self.limit = Mutex(limit)
+        super.init(ledger: ledger)
     }
-    func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] {
+    override func endedSessions(since: Date) async throws(PeerCAError) -> [String: Date] {
         if now.withLock({ $0 }).timeIntervalSince(since) > limit.withLock({ $0 }) { throw PeerCAError(.ledger, "canceling statement due to statement timeout") }
         return try await ledger.endedSessions(since: since)
     }
-    func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) { try await ledger.record(entry, claiming: use) }
-    func entry(serial: String) async throws(PeerCAError) -> LedgerEntry? { try await ledger.entry(serial: serial) }
-    func entry(claiming use: TokenUse) async throws(PeerCAError) -> LedgerEntry? { try await ledger.entry(claiming: use) }
-    func entries(subject: String) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.entries(subject: subject) }
-    func recent(limit: Int) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.recent(limit: limit) }
-    func revoke(serial: String, reason: LedgerEntry.RevocationReason, at: Date) async throws(PeerCAError) -> LedgerEntry {
-        try await ledger.revoke(serial: serial, reason: reason, at: at)
-    }
-    func revoked(notExpiredAt now: Date) async throws(PeerCAError) -> [LedgerEntry] { try await ledger.revoked(notExpiredAt: now) }
-    func nextCRLNumber() async throws(PeerCAError) -> Int64 { try await ledger.nextCRLNumber() }
-    func revokeAccount(_ account: String, reason: LedgerEntry.RevocationReason, at date: Date) async throws(PeerCAError) -> [LedgerEntry] {
-        try await ledger.revokeAccount(account, reason: reason, at: date)
-    }
-    func endedSession(account: String) async throws(PeerCAError) -> Date? { try await ledger.endedSession(account: account) }
 }

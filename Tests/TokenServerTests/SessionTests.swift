@@ -2,6 +2,7 @@ import Foundation
 import NIOHTTP1
 import PeerCA
 import TestSupport
+import Synchronization
 import Testing
 import TokenKit
 @testable import TokenServer
@@ -126,6 +127,42 @@ struct SessionTests {
         #expect(AdminCredential.matches("bearer   0123456789abcdef", Array("0123456789abcdef".utf8)))
         #expect(!AdminCredential.matches("Bearer 0123456789abcdeF", Array("0123456789abcdef".utf8)))
         #expect(!AdminCredential.matches("0123456789abcdef", Array("0123456789abcdef".utf8)))
+    }
+}
+
+extension SessionTests {
+    /// A logout that arrives while an issuance for the same account is at the ledger — after the
+    /// issuance's session check, before its certificate is recorded: the logout's revocation finds
+    /// nothing to revoke, so the issuance checks again once recorded, revokes its certificate and
+    /// answers session_ended (it answered 200 with a certificate the logout had missed).
+    @Test func aLogoutWhileAnIssuanceIsAtTheLedgerRevokesItsCertificate() async throws {
+        try await LiveServer.with { server in
+            let base = server.service
+            let ledger = BeforeEachRecord(ledger: base.ca.ledger)
+            let service = TokenService(
+                configuration: base.configuration, ca: PeerCertificateAuthority(authority: base.ca.authority, policy: base.ca.policy, ledger: ledger),
+                providers: base.providers, logger: base.logger, appID: base.appID, store: base.store, sessions: base.sessions, adminToken: nil)
+            let token = try server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) - 5)])
+            ledger.hook.withLock { $0 = { _ = await service.endSessions(of: "dev:racer", reason: .cessationOfOperation, by: "logout") } }
+            let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+            let body = JSONValue.object(["provider": .string("dev"), "token": .string(token), "csr": .string(csr)]).compactBytes
+            let answer = await service.issueCertificate(body)
+            #expect(answer.status == 401, "\(String(decoding: answer.body, as: UTF8.self))")
+            #expect(try JSONValue.parse(answer.body).objectValue?["error"].errorCode == "session_ended")
+            let recorded = try await base.ca.ledger.entries(subject: "dev:racer")
+            #expect(recorded.count == 1)
+            #expect(recorded.allSatisfy { if case .revoked = $0.status { true } else { false } }, "the certificate the logout missed is revoked")
+        }
+    }
+}
+
+/// A real ledger that runs `hook` once, at the first record, before recording: something that
+/// happens while a request is at the ledger.
+final class BeforeEachRecord: ForwardingLedger, @unchecked Sendable {
+    let hook = Mutex<(@Sendable () async -> Void)?>(nil)
+    override func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
+        if let hook = hook.withLock({ hook in defer { hook = nil }; return hook }) { await hook() }
+        try await ledger.record(entry, claiming: use)
     }
 }
 
