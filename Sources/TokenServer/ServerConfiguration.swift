@@ -328,6 +328,23 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
                 try require(provider.keyFile, "keyFile")
                 try require(provider.issuers, "issuers")
             }
+            // A setting the type does not use is refused rather than ignored: a pda provider given
+            // "issuers" or "audiences" accepted tokens from any allowed PDA, with any aud.
+            let unused: [(String, Bool)] = [
+                ("allowedDomains", provider.allowedDomains != nil && provider.type != .pda),
+                ("applications", provider.applications != nil && provider.type != .pda),
+                ("url", provider.url != nil && provider.type != .jwks),
+                ("issuer", provider.issuer != nil && provider.type != .oidc),
+                ("secretFile", provider.secretFile != nil && provider.type != .hs256),
+                ("keyFile", provider.keyFile != nil && provider.type != .pem),
+                ("issuers", provider.issuers != nil && provider.type == .pda),
+                ("audiences", provider.audiences != nil && provider.type == .pda),
+                ("caFile", provider.caFile != nil && (provider.type == .hs256 || provider.type == .pem)),
+            ]
+            if let (field, _) = unused.first(where: \.1) {
+                let hint = provider.type == .pda && (field == "issuers" || field == "audiences") ? " (a pda provider accepts PDAs by allowedDomains and applications)" : ""
+                throw ConfigurationError(key: "\(key).\(field)", "is not used by type \(provider.type.rawValue)\(hint)")
+            }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
             if provider.permissions == nil, provider.permissionsClaim == nil {
                 throw ConfigurationError(

@@ -318,6 +318,14 @@ struct ServerTests {
         #expect(error(#"{"providers": {"a": {"type": "pda", "permissions": \#(stated)}}}"#) == "")
         #expect(error(#"{"providers": {"a": {"type": "pda", "permissions": \#(stated), "factors": {"maxSignInAgeSeconds": 0}}}}"#) == "providers.a.factors.maxSignInAgeSeconds")
         #expect(error(#"{"providers": {"a": {"type": "pda", "permissions": \#(stated), "account": {"claim": ""}}}}"#) == "providers.a.account.claim")
+        // A setting the type does not use is refused, not ignored (a pda provider's issuers and
+        // audiences were: tokens from any allowed PDA passed).
+        #expect(error(#"{"providers": {"a": {"type": "pda", "permissions": \#(stated), "issuers": ["mine.hubat.net"]}}}"#) == "providers.a.issuers")
+        #expect(error(#"{"providers": {"a": {"type": "pda", "permissions": \#(stated), "audiences": ["my-app"]}}}"#) == "providers.a.audiences")
+        #expect(error(#"{"providers": {"a": {"type": "oidc", "issuer": "https://x/", "url": "https://x/jwks", "permissions": \#(stated)}}}"#) == "providers.a.url")
+        #expect(error(#"{"providers": {"a": {"type": "pem", "keyFile": "k.pem", "issuers": ["i"], "caFile": "ca.pem", "permissions": \#(stated)}}}"#) == "providers.a.caFile")
+        #expect(error(#"{"providers": {"a": {"type": "hs256", "secretFile": "s", "issuers": ["i"], "applications": ["x"], "permissions": \#(stated)}}}"#) == "providers.a.applications")
+        #expect(error(#"{"providers": {"a": {"type": "oidc", "issuer": "https://x/", "audiences": ["api"], "caFile": "ca.pem", "permissions": \#(stated)}}}"#) == "")
     }
 
     /// With `tls` set the service speaks HTTPS only; a key file others can read is refused.
