@@ -1,5 +1,6 @@
 import Foundation
 @testable import PeerCA
+import SwiftASN1
 import Synchronization
 import TestSupport
 import Testing
@@ -206,6 +207,37 @@ struct RevocationTests {
             try openssl.write("\(name)-resp.der", await test.ca.ocspResponse(for: try openssl.read("\(name)-req.der"), validity: 600))
             let checked = try openssl.run(["ocsp", "-respin", "\(name)-resp.der", "-reqin", "\(name)-req.der", "-CAfile", "cas.pem"])
             #expect(checked.output.contains("Response verify OK") && !checked.output.contains("once"), "\(name): \(checked.output)")
+        }
+
+        // RFC 8954: a nonce is an OCTET STRING of 1 to 32 octets. The request above with a nonce of
+        // each length: 32 is answered (and echoed, as openssl checks), 0 and 33 — or a nonce that
+        // is not an OCTET STRING — are malformed (any size up to 64 KiB was echoed and signed).
+        func request(nonce: [UInt8]?, raw: Bool = false) throws -> [UInt8] {
+            // OCSPRequest { TBSRequest { requestList } }: the request list of openssl's request, kept as it is.
+            guard case .constructed(let outer) = try DER.parse(plain).content, let tbsRequest = Array(outer).first,
+                case .constructed(let inner) = tbsRequest.content, let tbs = Array(inner).first
+            else { throw SupportError("not an OCSP request") }
+            var out = DER.Serializer()
+            try out.appendConstructedNode(identifier: .sequence) { s in
+                try s.appendConstructedNode(identifier: .sequence) { s in
+                    s.serializeRawBytes(tbs.encodedBytes)
+                    if let nonce {
+                        var value = DER.Serializer()
+                        if raw { value.serializeRawBytes(nonce[...]) } else { try value.serialize(ASN1OctetString(contentBytes: nonce[...])) }
+                        let nonceExtension = Certificate.Extension(oid: OCSPResponder.nonceOID, critical: false, value: value.serializedBytes[...])
+                        try s.serialize(explicitlyTaggedWithTagNumber: 2, tagClass: .contextSpecific) { s in try s.serializeSequenceOf([nonceExtension]) }
+                    }
+                }
+            }
+            return out.serializedBytes
+        }
+        let malformed = OCSPResponder.errorResponse(.malformedRequest)
+        try openssl.write("n32-req.der", try request(nonce: Array(repeating: 7, count: 32)))
+        try openssl.write("n32-resp.der", await test.ca.ocspResponse(for: try openssl.read("n32-req.der"), validity: 600))
+        let echoed = try openssl.run(["ocsp", "-respin", "n32-resp.der", "-reqin", "n32-req.der", "-CAfile", "cas.pem"])
+        #expect(echoed.output.contains("Response verify OK") && !echoed.output.contains("nonce"), "\(echoed.output)")
+        for (nonce, raw) in [([UInt8](), false), (Array(repeating: 7, count: 33), false), (Array(repeating: 7, count: 16), true)] {
+            #expect(await test.ca.ocspResponse(for: try request(nonce: nonce, raw: raw), validity: 600) == malformed, "\(nonce.count) \(raw)")
         }
     }
 

@@ -86,6 +86,9 @@ enum OCSPResponder {
     /// Response status codes (RFC 6960 §4.2.1).
     enum ResponseStatus: Int { case successful = 0, malformedRequest = 1, internalError = 2, tryLater = 3, unauthorized = 6 }
 
+    /// A nonce that is not an OCTET STRING of 1 to 32 octets.
+    struct OCSPNonceError: Error {}
+
     static func respond(
         to request: [UInt8], authority: CertificateAuthority, ledger: any CertificateLedger, now: Date, validity: TimeInterval,
         issuer: IssuerHashes, reuse: Reuse
@@ -180,6 +183,14 @@ enum OCSPResponder {
                     try DER.sequence(of: Certificate.Extension.self, identifier: .sequence, rootNode: node)
                 }) {
                     nonce = extensions.first { $0.oid == nonceOID }
+                    // RFC 8954 §2.1: Nonce ::= OCTET STRING (SIZE(1..32)); a request with a nonce
+                    // outside that is malformed (it was echoed, up to the request's 64 KiB, into
+                    // a signed response).
+                    if let value = nonce?.value {
+                        guard let octets = try? ASN1OctetString(derEncoded: value), (1...32).contains(octets.bytes.count) else {
+                            throw OCSPNonceError()
+                        }
+                    }
                 }
             }
         }
