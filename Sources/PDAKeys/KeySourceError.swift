@@ -41,6 +41,8 @@ public struct KeySourceError: Error, Sendable, Hashable, CustomStringConvertible
         public static let shutDown = Code(rawValue: "shut_down")
         /// Fetched keys were described but no ``RemoteKeyStore`` was given to fetch them with.
         public static let noKeyStore = Code(rawValue: "no_key_store")
+        /// ``KeyStorePolicy/maximumConcurrentFetches`` fetches were running: none was started.
+        public static let busy = Code(rawValue: "busy")
     }
 
     /// Which rule failed.

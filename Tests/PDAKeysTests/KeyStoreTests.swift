@@ -197,6 +197,45 @@ struct KeyStoreTests {
         }
     }
 
+    /// The store stays bounded when tokens name ever new sources (a PDA's keys come from the host
+    /// its token names): past `maximumSources` it forgets sources that only failed, keeping those
+    /// with keys; and past `maximumConcurrentFetches` a new source fails at once (`busy`) instead
+    /// of opening one more connection.
+    @Test func theStoreStaysBoundedWhenTokensNameEverNewSources() async throws {
+        var policy = KeyStorePolicy()
+        policy.maximumSources = 10
+        try await withServer(routes: [Self.jwksPath: try jwksRoute([(TestKeys.ec, "k1")])], policy: policy) { server, store in
+            let good = KeySource.jwks(url: jwksURL(server))
+            _ = try await store.keys(for: good)
+            for i in 0..<40 {
+                let missing = KeySource.jwks(url: "https://idp.test:\(server.port)/missing-\(i).json")
+                #expect(sourceCode(await thrown { _ = try await store.keys(for: missing) }) == "http_status")
+                #expect(store.sourceCount <= 10, "\(i): \(store.sourceCount)")
+            }
+            #expect(store.cachedKeys(for: good) != nil, "sources with keys are kept over those that only failed")
+        }
+
+        var slow = try jwksRoute([(TestKeys.ec, "k1")])
+        slow.delay = 1.5
+        policy = KeyStorePolicy()
+        policy.maximumConcurrentFetches = 2
+        let routes = ["idp.test/a.json": slow, "idp.test/b.json": slow, "idp.test/c.json": slow]
+        try await withServer(routes: routes, policy: policy) { server, store in
+            let sources = ["a", "b", "c"].map { KeySource.jwks(url: "https://idp.test:\(server.port)/\($0).json") }
+            async let first = store.keys(for: sources[0])
+            async let second = store.keys(for: sources[1])
+            let deadline = ContinuousClock.now + .seconds(30)
+            while server.requests.count < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            let start = ContinuousClock.now
+            let busy = await thrown { _ = try await store.keys(for: sources[2]) }
+            #expect(sourceCode(busy) == "busy", "\(String(describing: busy))")
+            #expect(ContinuousClock.now - start < .seconds(1), "refused at once, not after a fetch")
+            #expect(server.requests.count == 2)
+            _ = try await (first, second)
+            #expect(try await store.keys(for: sources[2]).keys.count == 1, "once the fetches are done, it is fetched")
+        }
+    }
+
     // MARK: Misbehaving servers
 
     @Test func misbehavingServersGiveTypedErrors() async throws {

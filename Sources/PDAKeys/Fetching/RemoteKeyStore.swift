@@ -20,6 +20,16 @@ public struct KeyStorePolicy: Sendable {
     /// After a failed fetch, answer from that failure (or the stale keys) for this long before
     /// asking the source again. Default 10 s.
     public var failureCacheDuration: Double = 10
+    /// The most sources whose keys or last failure are kept. A PDA's keys are fetched from the
+    /// host its token names, so forged tokens naming ever new hosts under an allowed suffix would
+    /// grow the store without end; past this, sources with no fetch running are forgotten —
+    /// those that only failed first, then those fetched longest ago. Default 10,000.
+    public var maximumSources = 10_000
+    /// The most fetches running at once; a source that needs a fetch beyond it fails at once
+    /// (``KeySourceError/Code/busy``) and is not remembered. AsyncHTTPClient bounds connections
+    /// per host, not in all: without this, such tokens could open connections until descriptors
+    /// ran out. Default 64.
+    public var maximumConcurrentFetches = 64
 
     public init() {}
 
@@ -58,6 +68,8 @@ public final class RemoteKeyStore: Sendable {
     private let logger: Logger
     private let metrics: StoreMetrics
     private let states = Mutex<[KeySource: SourceState]>([:])
+    /// Fetches running now (changed with `states`' lock held).
+    private let fetching = Atomic<Int>(0)
 
     private typealias Flight = Task<Result<RemoteKeySet, KeySourceError>, Never>
 
@@ -67,7 +79,18 @@ public final class RemoteKeyStore: Sendable {
         var generation = 0
         var lastFetchStarted = -Double.infinity
         var failure: (at: Double, error: KeySourceError)?
+
+        /// Nothing to remember: never fetched (a source turned away while the fetches were full).
+        var isEmpty: Bool { current == nil && flight == nil && failure == nil }
     }
+
+    /// What a source that needs a fetch gets while ``KeyStorePolicy/maximumConcurrentFetches`` run.
+    private var busy: KeySourceError {
+        KeySourceError(.busy, "\(policy.maximumConcurrentFetches) key fetches are running already; try again shortly")
+    }
+
+    /// How many sources the store remembers now.
+    package var sourceCount: Int { states.withLock { $0.count } }
 
     public init(
         fetcher: HTTPKeyFetcher, policy: KeyStorePolicy = KeyStorePolicy(), clock: VerificationClock = .system,
@@ -87,14 +110,18 @@ public final class RemoteKeyStore: Sendable {
         let now = clock.now
         let decision: Decision = states.withLock { states in
             var state = states[source] ?? SourceState()
-            defer { states[source] = state }
+            defer { if !state.isEmpty { states[source] = state } }
             if let current = state.current, now < current.expiresAt { return .hit(current) }
             if let flight = state.flight { return .wait(flight) }
             if let failure = state.failure, now - failure.at < policy.failureCacheDuration {
                 if let current = state.current, now < current.expiresAt + policy.maximumStaleness { return .stale(current) }
                 return .fail(failure.error)
             }
-            return .wait(startFetch(source, state: &state, now: now))
+            guard let flight = startFetch(source, state: &state, in: &states, now: now) else {
+                if let current = state.current, now < current.expiresAt + policy.maximumStaleness { return .stale(current) }
+                return .fail(busy)
+            }
+            return .wait(flight)
         }
         switch decision {
         case .hit(let set):
@@ -135,12 +162,13 @@ public final class RemoteKeyStore: Sendable {
         let now = clock.now
         let decision: Decision = states.withLock { states in
             var state = states[source] ?? SourceState()
-            defer { states[source] = state }
+            defer { if !state.isEmpty { states[source] = state } }
             if let current = state.current, current.generation > seen.generation { return .newer(current) }
             if let flight = state.flight { return .wait(flight) }
             if now - state.lastFetchStarted < policy.refreshCooldown { return .none }
             if let failure = state.failure, now - failure.at < policy.failureCacheDuration { return .none }
-            return .wait(startFetch(source, state: &state, now: now))
+            guard let flight = startFetch(source, state: &state, in: &states, now: now) else { return .none }
+            return .wait(flight)
         }
         switch decision {
         case .newer(let set):
@@ -179,8 +207,12 @@ public final class RemoteKeyStore: Sendable {
         states.withLock { $0[source]?.current }
     }
 
-    /// Starts the one fetch for `source`; called with the lock held.
-    private func startFetch(_ source: KeySource, state: inout SourceState, now: Double) -> Flight {
+    /// Starts the one fetch for `source`, unless ``KeyStorePolicy/maximumConcurrentFetches`` run
+    /// (nil); makes room for a source not yet remembered. Called with the lock held.
+    private func startFetch(_ source: KeySource, state: inout SourceState, in states: inout [KeySource: SourceState], now: Double) -> Flight? {
+        guard fetching.load(ordering: .relaxed) < max(1, policy.maximumConcurrentFetches) else { return nil }
+        if states[source] == nil, states.count >= max(1, policy.maximumSources) { forget(from: &states) }
+        fetching.add(1, ordering: .relaxed)
         state.lastFetchStarted = now
         metrics.fetches(source).increment()
         let flight = Flight { [self] in
@@ -191,7 +223,8 @@ public final class RemoteKeyStore: Sendable {
                 outcome = .failure(error)
             }
             let done = clock.now
-            let result: Result<RemoteKeySet, KeySourceError> = states.withLock { states in
+            let result: Result<RemoteKeySet, KeySourceError> = self.states.withLock { states in
+                fetching.subtract(1, ordering: .relaxed)
                 var state = states[source] ?? SourceState()
                 defer { states[source] = state }
                 state.flight = nil
@@ -220,6 +253,17 @@ public final class RemoteKeyStore: Sendable {
         }
         state.flight = flight
         return flight
+    }
+
+    /// Forgets sources with no fetch running — those that only failed first, then those fetched
+    /// longest ago — until a tenth of ``KeyStorePolicy/maximumSources`` is free (so the sort runs
+    /// once per that many new sources). Called with the lock held.
+    private func forget(from states: inout [KeySource: SourceState]) {
+        let bound = max(1, policy.maximumSources)
+        let keep = bound - max(1, bound / 10)
+        let idle = states.filter { $0.value.flight == nil }
+            .sorted { ($0.value.current == nil ? 0 : 1, $0.value.lastFetchStarted) < ($1.value.current == nil ? 0 : 1, $1.value.lastFetchStarted) }
+        for (source, _) in idle.prefix(max(0, states.count - keep)) { states[source] = nil }
     }
 }
 
