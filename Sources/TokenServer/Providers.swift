@@ -144,7 +144,9 @@ struct ProviderSet: Sendable {
     static func identityRules(_ name: String, _ provider: ServerConfiguration.Provider, caPolicy: IssuancePolicy) -> IssuancePolicy {
         var rules = caPolicy
         rules.provider = name
-        rules.accountClaim = provider.account?.claim ?? "sub"
+        // A PDA is its owner's identity (HAT: "iss is the address of the PDA … that you should be
+        // logging in"); a `sub` is the PDA's own, and two PDAs may sign the same one.
+        rules.accountClaim = provider.account?.claim ?? (provider.type == .pda ? "iss" : "sub")
         rules.accountPrefix = provider.account?.prefix ?? "\(name):"
         if let profile = provider.profileClaims { rules.profileClaims = profile }
         if let factors = provider.factors {

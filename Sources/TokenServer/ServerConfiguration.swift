@@ -148,8 +148,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var permissionsClaim: String?
         /// Trust HTTPS servers whose certificates chain to this PEM file (private PKI).
         public var caFile: String?
-        /// How the account UID is made: `claim` (default `sub`) after `prefix` (default
-        /// `<provider name>:`, so two providers' users with one `sub` stay two accounts).
+        /// How the account UID is made: `claim` (default `sub`; `iss`, the PDA's address, for a
+        /// `pda` provider) after `prefix` (default `<provider name>:`, so two providers' users
+        /// with one `sub` stay two accounts).
         public var account: Account?
         /// Claims copied into the identity's profile. Default `email`, `name`, `picture`.
         public var profileClaims: [String]?
@@ -159,7 +160,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
 
     /// A provider's account UID rule.
     public struct Account: Sendable, Codable, Hashable {
-        /// The claim holding the user's ID at the provider. Default `sub`.
+        /// The claim holding the user's ID at the provider. Default `sub` (`iss` for `pda`).
         public var claim: String?
         /// Put before it. Default `<provider name>:`; `""` for none.
         public var prefix: String?
