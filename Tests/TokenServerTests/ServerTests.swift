@@ -328,6 +328,36 @@ struct ServerTests {
         #expect(error(#"{"providers": {"a": {"type": "oidc", "issuer": "https://x/", "audiences": ["api"], "caFile": "ca.pem", "permissions": \#(stated)}}}"#) == "")
     }
 
+    /// The README's configuration example is one `serve` accepts (it named no permissions, which
+    /// every provider must state, and was refused).
+    @Test func theReadmesConfigurationExampleIsValid() throws {
+        let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
+        let blocks = readme.components(separatedBy: "```json\n").dropFirst().compactMap { $0.components(separatedBy: "\n```").first }
+        let example = try #require(blocks.first { $0.contains("\"providers\"") && $0.contains("\"listen\"") })
+        let configuration = try ServerConfiguration.parse(Data(example.utf8))
+        #expect(configuration.providers.count >= 5)
+    }
+
+    /// A PDA provider's account is the PDA (its `iss`), not its `sub`: two PDAs signing the same
+    /// `sub` were one account (one could log the other out; Ditto saw one user). Other types keep
+    /// `sub`; `account.claim` chooses either way.
+    @Test func aPDAProvidersAccountIsThePDA() throws {
+        let key = try JWTKey.hmac(secret: Array("a-secret-of-at-least-32-bytes-long!!".utf8))
+        let now = Int(Date().timeIntervalSince1970)
+        func account(_ type: ServerConfiguration.ProviderKind, claim: String? = nil, iss: String) throws -> String {
+            var provider = ServerConfiguration.Provider(type: type, permissions: .everything)
+            if let claim { provider.account = ServerConfiguration.Account(claim: claim) }
+            let rules = ProviderSet.identityRules("hat", provider, caPolicy: try IssuancePolicy(appID: "app", provider: "hat"))
+            let token = try JWTSigner(key: key).sign(claims: ["iss": .string(iss), "sub": .string("owner"), "exp": .integer(now + 600)])
+            let verified = try JWTVerifier(key: key, policy: ClaimsPolicy(issuers: [iss])).verify(token)
+            return try rules.identity(for: verified, now: Date()).accountUID
+        }
+        #expect(try account(.pda, iss: "alice.hubat.net") == "hat:alice.hubat.net")
+        #expect(try account(.pda, iss: "bob.hubat.net") == "hat:bob.hubat.net", "the same sub, another PDA: another account")
+        #expect(try account(.pda, claim: "sub", iss: "alice.hubat.net") == "hat:owner")
+        #expect(try account(.jwks, iss: "https://idp.example/") == "hat:owner")
+    }
+
     /// With `tls` set the service speaks HTTPS only; a key file others can read is refused.
     @Test func servesHTTPSWhenConfigured() async throws {
         let dir = try temporaryDirectory()
