@@ -78,6 +78,20 @@ struct KeyStoreTests {
         #expect(sourceCode(error) == "issuer_mismatch")
         #expect(server.count("/keys") == 1)
         await fetcher.shutdown()
+
+        // Discovery and the JWK Set share one total time: 1.2 s each within 2 s is a timeout
+        // (each request had the whole time of its own, so the fetch took up to twice it).
+        var slowDiscovery = Route(body: #"{"issuer":"\#(issuer)","jwks_uri":"https://idp.test:\#(server.port)/slow-keys"}"#)
+        slowDiscovery.delay = 1.2
+        var slowKeys = try jwksRoute([(TestKeys.ec, "k1")])
+        slowKeys.delay = 1.2
+        try server.setRoutes(["idp.test/tenant/.well-known/openid-configuration": slowDiscovery, "idp.test/slow-keys": slowKeys])
+        let hurried = try testFetcher(server) { $0.totalTimeout = .seconds(2) }
+        let start = ContinuousClock.now
+        let late = await thrown { _ = try await RemoteKeyStore(fetcher: hurried).keys(for: .oidc(issuer: issuer)) }
+        #expect(sourceCode(late) == "timeout", "\(String(describing: late))")
+        #expect(ContinuousClock.now - start < .seconds(2) + .milliseconds(900), "within the one total time (and the 250 ms grace)")
+        await hurried.shutdown()
     }
 
     // MARK: Caching

@@ -114,26 +114,31 @@ public final class HTTPKeyFetcher: Sendable {
     /// GET `url` (after ``checkURL(_:)``), requiring status 200 and a body within the cap, all
     /// within ``KeyFetchConfiguration/totalTimeout`` (a server that trickles its body is cut off).
     public func get(_ url: String, accept: String) async throws(KeySourceError) -> Document {
+        try await get(url, accept: accept, within: configuration.totalTimeout)
+    }
+
+    /// ``get(_:accept:)`` within `timeout` (what remains of a fetch that makes two requests).
+    private func get(_ url: String, accept: String, within timeout: Duration) async throws(KeySourceError) -> Document {
         let checked = try checkURL(url)
-        let timeout = configuration.totalTimeout
+        guard timeout > .zero else { throw KeySourceError(.timeout, "no time was left to fetch \(checked) within \(configuration.totalTimeout)") }
         // A little after the client's own deadline, which reports the cause (refused, TLS failure)
         // when it can; this one catches a body that trickles in.
         let outcome: Result<Document, KeySourceError> = await TimeLimit.race(timeout + .milliseconds(250), fallback: .failure(KeySourceError(.timeout, "the fetch of \(checked) was cancelled before it answered"))) {
-            do throws(KeySourceError) { return .success(try await self.request(checked, accept: accept)) } catch { return .failure(error) }
+            do throws(KeySourceError) { return .success(try await self.request(checked, accept: accept, timeout: timeout)) } catch { return .failure(error) }
         } timedOut: {
             .failure(KeySourceError(.timeout, "\(checked) did not send its whole answer within \(timeout)"))
         }
         return try outcome.get()
     }
 
-    private func request(_ checked: String, accept: String) async throws(KeySourceError) -> Document {
+    private func request(_ checked: String, accept: String, timeout: Duration) async throws(KeySourceError) -> Document {
         var request = HTTPClientRequest(url: checked)
         request.method = .GET
         request.headers.add(name: "Accept", value: accept)
         request.headers.add(name: "User-Agent", value: configuration.userAgent)
         let limit = configuration.maxBodyBytes
         do {
-            let response = try await client.execute(request, timeout: TimeAmount(configuration.totalTimeout))
+            let response = try await client.execute(request, timeout: TimeAmount(timeout))
             guard response.status == .ok else {
                 let location = response.headers.first(name: "Location").map { " to \(IssuerAllowList.printable($0))" } ?? ""
                 throw KeySourceError(.httpStatus, "\(checked) answered \(response.status.code)\(location)\((300..<400).contains(response.status.code) ? " (redirects are not followed)" : "")")
@@ -215,9 +220,11 @@ public final class HTTPKeyFetcher: Sendable {
         case .oidc(let issuer):
             let base = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
             let discoveryURL = base + "/.well-known/openid-configuration"
+            // One total time for both requests, as for a source fetched with one.
+            let deadline = ContinuousClock.now + configuration.totalTimeout
             let discovery = try await get(discoveryURL, accept: "application/json")
             let jwksURL = try HTTPKeyFetcher.jwksURI(discovery.body, issuer: issuer, url: discoveryURL)
-            let document = try await get(jwksURL, accept: "application/json")
+            let document = try await get(jwksURL, accept: "application/json", within: deadline - ContinuousClock.now)
             let (keys, skipped) = try HTTPKeyFetcher.jwks(document.body, url: jwksURL)
             return (keys, skipped, document)
         }
