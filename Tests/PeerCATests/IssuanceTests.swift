@@ -190,6 +190,35 @@ struct IssuanceTests {
         #expect(refused?.message.hasSuffix("at most nan s is accepted") == true, "\(String(describing: refused))")
     }
 
+    /// A sign-in in the future is refused (an `auth_time` of 9999-12-31 passed every age limit,
+    /// and the session counted from it for renewal never ended); an `amr` that is not an array is
+    /// refused (a string was read as no `amr`); an account with a control or bidi formatting
+    /// character is refused (a newline forged log lines, a NUL went into the CN).
+    @Test func aFutureSignInAStringAmrAndAnUnprintableAccountAreRefused() async throws {
+        let openssl = try OpenSSL()
+        let csr = try openssl.csr("p256", name: "d")
+        let test = try TestCA()
+        let now = Int(Date().timeIntervalSince1970)
+        for (claims, fragment) in [
+            (Tokens.claims(extra: ["auth_time": .integer(253_402_300_799)]), "\"auth_time\" (9999-12-31T23:59:59Z) is more than 300 s in the future"),
+            (Tokens.claims(extra: ["auth_time": .integer(now + 400)]), "more than 300 s in the future"),
+            (Tokens.claims(extra: ["amr": .string("mfa")]), "\"amr\" must be an array of strings"),
+            (Tokens.claims(sub: "m\n2026-11-27T22:30:00+0000 critical tokentool.serve: forged"), "control or bidirectional formatting character (U+A)"),
+            (Tokens.claims(sub: "a\u{0}b"), "(U+0)"),
+            (Tokens.claims(sub: "evil\u{202E}gnp.exe"), "(U+202E)"),
+            (Tokens.claims(sub: "x\u{85}y"), "(U+85)"),
+        ] {
+            let token = try Tokens.verified(claims)
+            let error = await #expect(throws: PeerCAError.self, "\(fragment)") { _ = try await test.ca.issue(token: token, csr: csr) }
+            #expect(error?.code == .policyViolation)
+            #expect(error?.message.contains(fragment) == true, "\(String(describing: error))")
+        }
+        #expect(try await test.ca.ledger.recent(limit: 10).isEmpty)
+        // A sign-in a little ahead of this clock (the provider's a few seconds fast) is accepted, and so are other scripts.
+        _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(extra: ["auth_time": .integer(now + 200)])), csr: csr)
+        _ = try await test.ca.issue(token: try Tokens.verified(Tokens.claims(sub: "Zoë-Łukasz-東京")), csr: csr)
+    }
+
     /// A renewal's maximum session age must be a positive number of seconds: NaN made the end
     /// of the session NaN (and its refusal trapped printing it), infinity no end at all.
     @Test func aRenewalNeedsAPositiveSessionAge() async throws {

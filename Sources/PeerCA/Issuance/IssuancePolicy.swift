@@ -57,6 +57,18 @@ public struct IssuancePolicy: Sendable {
     func reuse(for issuer: String) -> TokenReuse { tokenReuse[issuer] ?? defaultTokenReuse }
 
     /// The identity a verified token establishes, or a typed error naming what is missing.
+    /// How far a token's `auth_time` may lie ahead of this clock (the identity provider's clock
+    /// ahead of ours): 300 s, as far as a certificate is backdated.
+    public static let signInClockSkew: TimeInterval = 300
+
+    /// Control characters (C0, DEL, C1) and the bidirectional formatting characters.
+    package static func isUnprintable(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0..<0x20, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
     public func identity(for token: VerifiedToken, now: Date) throws(PeerCAError) -> PeerIdentity {
         try identity(for: token, payload: token.payload, now: now)
     }
@@ -72,6 +84,14 @@ public struct IssuancePolicy: Sendable {
             throw PeerCAError(.policyViolation, "the token's \"\(accountClaim)\" must be a non-empty string (it names the account)")
         }
         let account = accountPrefix + claimed
+        // The account is the certificate's CN, the webhook's userID and a field of log lines: a
+        // control character (a newline forged a log line; a NUL went into the CN) or a bidi
+        // override (which shows a name reversed) has no place in it.
+        if let scalar = account.unicodeScalars.first(where: Self.isUnprintable) {
+            throw PeerCAError(
+                .policyViolation,
+                "the account UID has a control or bidirectional formatting character (U+\(String(scalar.value, radix: 16, uppercase: true))); it becomes the CN")
+        }
         guard account.utf8.count <= 64 else {
             throw PeerCAError(.policyViolation, "the account UID \"\(String(account.prefix(40)))…\" is longer than 64 bytes (it becomes the CN)")
         }
@@ -85,14 +105,25 @@ public struct IssuancePolicy: Sendable {
         case nil, .null?: authTime = token.claims.issuedAtDate
         case let value?: authTime = value.doubleValue.flatMap { RegisteredClaims.dates.contains($0) ? Date(timeIntervalSince1970: $0) : nil }
         }
+        // A sign-in in the future passed any age limit, and a session counted from it (renewal's
+        // limit) never ended: refused as a future iat is.
+        if let authTime, authTime.timeIntervalSince(now) > Self.signInClockSkew {
+            throw PeerCAError(
+                .policyViolation,
+                "the token's \"auth_time\" (\(ISO8601Text.string(authTime))) is more than \(Int(Self.signInClockSkew)) s in the future")
+        }
         var factors: [AuthenticationFactor] = []
-        if case .array(let methods)? = payload["amr"] {
+        switch payload["amr"] {
+        case .array(let methods)?:
             for method in methods {
                 guard let name = method.stringValue else { throw PeerCAError(.policyViolation, "\"amr\" must be an array of strings") }
                 factors.append(AuthenticationFactor(method: name, signedInAt: authTime))
             }
-        } else {
+        case nil, .null?:
             factors.append(AuthenticationFactor(method: "token", signedInAt: authTime))
+        case _?:
+            // A single string was read as no amr at all, and the refusal then named "token".
+            throw PeerCAError(.policyViolation, "\"amr\" must be an array of strings")
         }
         if requiredFactors > 0 {
             let methods = Set(factors.map(\.method)).subtracting(["token"])
