@@ -1,4 +1,5 @@
 public import Logging
+import PeerCA
 
 /// A log handler that writes what swift-log's `StreamLogHandler` writes, in the same format, but
 /// formats its metadata only when a message is logged.
@@ -56,7 +57,36 @@ public struct ServerLogHandler: LogHandler {
         if let provided = metadataProvider?.get(), !provided.isEmpty { merged.merge(provided) { $1 } }
         if let explicit = event.metadata, !explicit.isEmpty { merged.merge(explicit) { $1 } }
         var event = event
-        event.metadata = merged
+        event.metadata = merged.mapValues(Self.escaped)
+        event.message = Logger.Message(stringLiteral: Self.escaped(event.message.description))
         output().log(event: event)
+    }
+
+    /// A metadata value with its control characters written as escapes: a value from a request (a
+    /// token's `sub`, an error's text) cannot end the line and forge the next one.
+    static func escaped(_ value: Logger.Metadata.Value) -> Logger.Metadata.Value {
+        switch value {
+        case .string(let text): .string(escaped(text))
+        case .stringConvertible(let item): .string(escaped(item.description))
+        case .array(let items): .array(items.map(escaped))
+        case .dictionary(let items): .dictionary(items.mapValues(escaped))
+        }
+    }
+
+    /// `text` with control characters (C0, DEL, C1) as `\n`, `\r`, `\t` or `\u{…}`, and the
+    /// bidirectional formatting characters as `\u{…}`.
+    static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: IssuancePolicy.isUnprintable) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where IssuancePolicy.isUnprintable(scalar): out += "\\u{\(String(scalar.value, radix: 16))}"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }

@@ -53,6 +53,21 @@ private struct Refused: Error, CustomStringConvertible {
         #expect(output.text.hasSuffix(" info tokentool.serve: endpoint=certificates hb.request.id=req-42 serial=01ab [TokenServerTests] issued\n"))
     }
 
+    /// A value from a request cannot end the line and forge the next one: control characters in
+    /// metadata and in the message are written as escapes.
+    @Test func controlCharactersAreEscaped() {
+        let output = Collected()
+        var logger = Logger(label: "tokentool.serve") { ServerLogHandler(label: $0, stream: output, metadataProvider: nil) }
+        logger.logLevel = .info
+        logger.notice("sessions ended", metadata: ["account": "dev:m\n2026-11-27T22:30:00+0000 critical tokentool.serve: FAKE", "list": ["a\tb", "\u{202E}x"]])
+        logger.info("text\r\u{0}end")
+        let lines = output.text.split(separator: "\n")
+        #expect(lines.count == 2, "\(output.text)")
+        #expect(lines.first?.contains(#"account=dev:m\n2026-11-27T22:30:00+0000 critical"#) == true, "\(output.text)")
+        #expect(!output.text.contains("\t") && !output.text.unicodeScalars.contains("\u{202E}"), "\(output.text)")
+        #expect(lines.last?.hasSuffix(#"text\r\u{0}end"#) == true, "\(output.text)")
+    }
+
     @Test func writesWhatStreamLogHandlerWrites() {
         let ours = Collected(), theirs = Collected()
         // The provider's "b" overrides the handler's; a message's own "a" overrides both.
