@@ -71,6 +71,13 @@ final class ServiceHTTPServer: Service {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // Out of file descriptors, accept fails at once and the listening socket stays
+                    // readable: without a pause the loop retried ≈ 8,000 times a second, silently.
+                    let backoff = AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { error in
+                        logger.warning("cannot accept connections; pausing accepts for 1 s", metadata: ["error": "\(error)"])
+                        return .seconds(1)
+                    }
+                    try channel.pipeline.syncOperations.addHandler(backoff)
                     try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
                 }
             }
@@ -167,6 +174,15 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     private var excess = 0
     /// A request has been read whole and its answer is not yet written.
     private var answering = false
+    /// When the request being read began (its head): head and body must arrive within
+    /// ``readTimeout`` of it, however steadily they trickle (a byte a second kept a connection
+    /// that silence would have closed open without end).
+    private var readingSince: NIODeadline?
+    /// What the request being read is answered instead of its endpoint (a second Authorization
+    /// header, no Host), decided from its head; the body is read first.
+    private var refusal: ServiceResponse?
+    /// How long a request's head and body may take to arrive: three idle timeouts.
+    private var readTimeout: TimeAmount { idleTimeout * 3 }
     /// Nothing more is read on this connection (`Connection: close`, the client half-closed, an
     /// error): it closes once the answer being made, if any, is written.
     private var closing = false
@@ -214,13 +230,25 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// last answer the client does not read must not hold the channel); otherwise waits again.
     private func idleTimerFired() {
         guard let context else { return }
-        let silent = NIODeadline.now() - lastActivity
+        let now = NIODeadline.now()
+        let silent = now - lastActivity
         if !answering && silent >= idleTimeout {
             idleTimer = nil
             context.close(promise: nil)
-        } else {
-            armIdleTimer(context, in: answering ? idleTimeout : idleTimeout - silent)
+            return
         }
+        if !answering, !closing, let head, let since = readingSince, now - since >= readTimeout {
+            // A request still arriving after the read timeout: 408, and the connection closed.
+            idleTimer = nil
+            self.head = nil
+            readingSince = nil
+            closing = true
+            let seconds = readTimeout.nanoseconds / 1_000_000_000
+            return answerLater(.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s"), version: head.version, keepAlive: false)
+        }
+        var next = answering ? idleTimeout : idleTimeout - silent
+        if !answering, let since = readingSince { next = min(next, readTimeout - (now - since)) }
+        armIdleTimer(context, in: max(next, .milliseconds(1)))
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -237,13 +265,33 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         switch unwrapInboundIn(data) {
         case .head(let head):
             self.head = head
+            readingSince = .now()
             path = Self.routePath(head.uri)
             let method: ServiceEndpoint.Method? = head.method == .GET ? .get : head.method == .POST ? .post : nil
             endpoint = method.flatMap { endpoints.endpoint(method: $0, path: path) }
             body.clear()
             excess = 0
+            refusal = Self.refusal(of: head)
+            // A transfer coding other than chunked alone is not read (RFC 9112 §6.1: 501); read
+            // as plain chunked, "gzip, chunked" is how requests are smuggled past a proxy.
+            if let codings = Self.unsupportedTransferCoding(head) {
+                self.head = nil
+                closing = true
+                return answerLater(
+                    .error(501, "not_implemented", "Transfer-Encoding \(codings.prefix(80)) is not supported; send chunked or a Content-Length"),
+                    version: head.version, keepAlive: false)
+            }
             if endpoint?.readsBody == true, let declared = head.headers.first(name: "content-length").flatMap(Int.init), declared > drainLimit {
-                refuseBody(head)
+                return refuseBody(head)
+            }
+            // curl sends `Expect: 100-continue` before a body over 1 KiB and waits a second for it.
+            if head.headers.contains(name: "expect") {
+                guard head.headers[canonicalForm: "expect"].map({ $0.lowercased() }) == ["100-continue"], head.version == .http1_1 else {
+                    self.head = nil
+                    closing = true
+                    return answerLater(.error(417, "expectation_failed", "only Expect: 100-continue is understood"), version: head.version, keepAlive: false)
+                }
+                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))), promise: nil)
             }
         case .body(var part):
             guard let head, endpoint?.readsBody == true else { return }
@@ -257,8 +305,32 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         case .end:
             guard let head else { return }
             self.head = nil
+            readingSince = nil
             answer(head, context: context)
         }
+    }
+
+    /// What a request's head alone makes it refused with, its body read first: no `Host` in
+    /// HTTP/1.1 (RFC 9112 §3.2: 400), or more than one `Authorization` (which would one be?).
+    static func refusal(of head: HTTPRequestHead) -> ServiceResponse? {
+        if head.version == .http1_1, !head.headers.contains(name: "host") {
+            return .error(400, "invalid_request", "an HTTP/1.1 request must have a Host header")
+        }
+        var authorizations = 0
+        for (name, _) in head.headers where name.utf8.count == 13 && name.lowercased() == "authorization" { authorizations += 1 }
+        if authorizations > 1 {
+            return .error(400, "invalid_request", "the request has more than one Authorization header")
+        }
+        return nil
+    }
+
+    /// The request's transfer codings when they are anything but `chunked` alone (in one header
+    /// or several); nil when there are none or only that.
+    static func unsupportedTransferCoding(_ head: HTTPRequestHead) -> String? {
+        guard head.headers.contains(name: "transfer-encoding") else { return nil }
+        let codings = head.headers[canonicalForm: "transfer-encoding"].map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        if codings.isEmpty || codings == ["chunked"] { return nil }
+        return codings.joined(separator: ", ")
     }
 
     /// A body too long to read through: 413 now, and the connection closed after it.
@@ -275,6 +347,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
             return answerLater(.error(404, "not_found", "no endpoint \(head.method.rawValue) \(shown)"), version: head.version, keepAlive: keepAlive)
         }
         if excess > 0 { return answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: keepAlive) }
+        if let refusal { return answerLater(refusal, version: head.version, keepAlive: keepAlive) }
         let request = ServiceRequest(
             body: Array(body.readableBytesView), authorization: head.headers.first(name: "authorization"),
             contentType: head.headers.first(name: "content-type"), channel: context.channel)

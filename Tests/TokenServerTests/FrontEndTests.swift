@@ -148,6 +148,73 @@ struct FrontEndTests {
         _ = held
     }
 
+    /// What clients rely on at the head: `Expect: 100-continue` is answered before the body (curl
+    /// waited a second for it before every body over 1 KiB); a transfer coding other than chunked
+    /// alone is 501 and the connection closed (read as chunked, "gzip, chunked" is how requests
+    /// are smuggled past a proxy); HTTP/1.1 without Host, and a second Authorization, are 400. And
+    /// a body that trickles in is answered 408 at three idle timeouts (a byte a second kept the
+    /// connection open without end; silence closes it at one).
+    @Test(.timeLimit(.minutes(2))) func theHeadIsCheckedAndATricklingBodyEnds() async throws {
+        try await Self.withServer(idle: 2) { port in
+            let (interim, final) = try await offThePool { () throws -> (String, String) in
+                let socket = try LoopbackSocket(port: port)
+                let head = "POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+                try socket.send(Array(head.utf8))
+                // Up to the end of the interim response's head (the server waits for the body meanwhile).
+                var interim: [UInt8] = []
+                var byte: UInt8 = 0
+                var timeout = timeval(tv_sec: 30, tv_usec: 0)
+                setsockopt(socket.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                while true {
+                    guard recv(socket.fd, &byte, 1, 0) == 1 else { break }
+                    interim.append(byte)
+                    if interim.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) { break }
+                }
+                try socket.send(Array("{}".utf8))
+                return (String(decoding: interim, as: UTF8.self), String(decoding: socket.receiveAll(seconds: 30), as: UTF8.self))
+            }
+            #expect(interim.hasPrefix("HTTP/1.1 100 Continue\r\n"), "\(interim)")
+            #expect(Self.responses(Array(final.utf8)).count == 1 && !final.hasPrefix("HTTP/1.1 100"), "the answer follows the body: \(final)")
+
+            let smuggled = "POST /v1/auth HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+            let refused = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(smuggled.utf8)))
+            #expect(refused.map(\.status) == [501], "\(refused)")
+            #expect(refused.first?.body.contains("Transfer-Encoding gzip, chunked is not supported") == true)
+            for request in [
+                "GET /healthz HTTP/1.1\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\nConnection: close\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\n\r\n",
+            ] {
+                let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array(request.utf8)))
+                #expect(answers.first?.status == (request.contains("something-else") ? 417 : 400), "\(request): \(answers)")
+            }
+            let fine = Self.responses(try await LoopbackSocket.exchange(port: port, sending: Array("GET /healthz HTTP/1.0\r\n\r\n".utf8)))
+            #expect(fine.map(\.status) == [200], "HTTP/1.0 needs no Host")
+
+            let start = ContinuousClock.now
+            let trickled = try await offThePool { () throws -> [UInt8] in
+                let socket = try LoopbackSocket(port: port)
+                try socket.send(Array("POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n".utf8))
+                var answer: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                for _ in 0..<40 {
+                    usleep(500_000)
+                    // Stop sending once the server has answered (a send after its close would be reset).
+                    let count = buffer.withUnsafeMutableBytes { recv(socket.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                    if count > 0 {
+                        answer += buffer[..<count]
+                        break
+                    }
+                    guard (try? socket.send([UInt8(ascii: " ")])) != nil else { break }
+                }
+                return answer + socket.receiveAll(seconds: 5)
+            }
+            let elapsed = ContinuousClock.now - start
+            #expect(Self.responses(trickled).map(\.status) == [408], "\(String(decoding: trickled, as: UTF8.self))")
+            #expect(elapsed >= .seconds(5) && elapsed < .seconds(30), "\(elapsed)")
+        }
+    }
+
     /// Nothing sent after a request with `Connection: close` is run: one answer, one count.
     @Test func nothingIsReadAfterConnectionClose() async throws {
         let counted = TestMetrics()
