@@ -71,13 +71,7 @@ final class ServiceHTTPServer: Service {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    // Out of file descriptors, accept fails at once and the listening socket stays
-                    // readable: without a pause the loop retried ≈ 8,000 times a second, silently.
-                    let backoff = AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { error in
-                        logger.warning("cannot accept connections; pausing accepts for 1 s", metadata: ["error": "\(error)"])
-                        return .seconds(1)
-                    }
-                    try channel.pipeline.syncOperations.addHandler(backoff)
+                    try channel.pipeline.syncOperations.addHandler(AcceptPause(logger: logger))
                     try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
                 }
             }
@@ -106,6 +100,40 @@ final class ServiceHTTPServer: Service {
         // A request whose client went away may still be running: the ledger outlives it.
         await work.finished()
         logger.info("HTTP server stopped", metadata: ["port": "\(bound)"])
+    }
+}
+
+/// Pauses accepting for a second when accepting fails (out of file descriptors, say), and says
+/// so once a pause. The failure leaves the listening socket readable, so without a pause the loop
+/// retried ≈ 8,000 times a second, silently; NIO's `AcceptBackoffHandler` holds back the reads
+/// it is asked for, but after a failed accept the socket stays registered for reading, and only
+/// turning `autoRead` off unregisters it.
+final class AcceptPause: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = Channel
+    typealias InboundOut = Channel
+
+    static let pause = TimeAmount.seconds(1)
+    private let logger: Logger
+    private var resume: Scheduled<Void>?
+
+    init(logger: Logger) { self.logger = logger }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is IOError, context.channel.isActive else { return context.fireErrorCaught(error) }
+        guard resume == nil else { return }  // paused already
+        logger.warning("cannot accept connections; pausing accepts for 1 s", metadata: ["error": "\(error)"])
+        let channel = context.channel
+        _ = try? channel.syncOptions?.setOption(.autoRead, value: false)
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        resume = context.eventLoop.scheduleTask(in: Self.pause) {
+            handler.value.resume = nil
+            _ = try? channel.syncOptions?.setOption(.autoRead, value: true)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        resume?.cancel()
+        resume = nil
     }
 }
 

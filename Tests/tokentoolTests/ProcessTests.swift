@@ -97,6 +97,52 @@ struct ServeProcessTests {
 
     /// The port is taken: serve says which address and what to do, and exits 2 at once (it used to
     /// print nothing and hang, deaf to SIGTERM).
+    /// Out of file descriptors (here a limit of 64), accepting pauses a second at a time, says so,
+    /// and resumes once connections close: it retried ≈ 8,000 times a second, silently, taking a
+    /// whole core.
+    @Test(.timeLimit(.minutes(2))) func runningOutOfDescriptorsPausesAccepting() throws {
+        let dir = try temporaryDirectory()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+        process.arguments = ["--nofile=64", tokentoolExecutable.path, "serve", "--port", "0"]
+        process.currentDirectoryURL = dir
+        let out = Pipe()
+        process.standardOutput = out
+        let errors = dir.appendingPathComponent("err.log")
+        _ = FileManager.default.createFile(atPath: errors.path, contents: nil)
+        process.standardError = try FileHandle(forWritingTo: errors)
+        try process.run()
+        defer {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitForExit()
+        }
+        var text = ""
+        let deadline = Date().addingTimeInterval(60)
+        while !text.contains("curl -s"), Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        let port = try #require(text.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap { UInt16($0.1) }, "\(text)")
+        func cpuSeconds() throws -> Double {
+            let fields = try String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8).split(separator: ")").last?.split(separator: " ") ?? []
+            return Double((Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        }
+        var sockets: [LoopbackSocket] = []
+        for _ in 0..<80 { sockets.append(try LoopbackSocket(port: port)) }  // the kernel completes them; the server cannot take them all
+        Thread.sleep(forTimeInterval: 1)
+        let before = try cpuSeconds()
+        Thread.sleep(forTimeInterval: 3)
+        let spent = try cpuSeconds() - before
+        #expect(spent < 1, "\(spent) s of CPU in 3 s with accepts failing")
+        #expect(try String(contentsOf: errors, encoding: .utf8).contains("cannot accept connections; pausing accepts for 1 s"))
+        sockets.removeAll()
+        Thread.sleep(forTimeInterval: 2.5)
+        let health = try LoopbackSocket(port: port)
+        try health.send(Array("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".utf8))
+        #expect(String(decoding: health.receiveAll(seconds: 10), as: UTF8.self).hasPrefix("HTTP/1.1 200 "), "accepting again")
+    }
+
     @Test func aTakenPortIsReportedAndServeExits() throws {
         let taken = try LoopbackListener()
         let dir = try temporaryDirectory()
