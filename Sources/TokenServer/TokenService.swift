@@ -400,9 +400,16 @@ public final class TokenService: Sendable {
             do {
                 let entry = try await ca.revoke(serial: serial, reason: reason)
                 logger.notice("certificate revoked by an admin", metadata: ["serial": "\(entry.serial)"])
-                return .json(200, .object([
-                    "revoked": .array([.string(entry.serial)]), "account": .string(entry.commonName), "reason": .string(reason.name),
-                ]))
+                // The reason the ledger holds: a second revocation keeps the first one's (it said
+                // the reason asked for, while the CRL kept the first).
+                var stored = reason
+                var revokedAt: Date?
+                if case .revoked(let at, let held) = entry.status { (stored, revokedAt) = (held, at) }
+                var reply: [String: JSONValue] = [
+                    "revoked": .array([.string(entry.serial)]), "account": .string(entry.commonName), "reason": .string(stored.name),
+                ]
+                if let revokedAt { reply["revokedAt"] = .string(ISO8601Text.string(revokedAt)) }
+                return .json(200, .object(reply))
             } catch {
                 return .error(error.code == .notFound ? 404 : 500, error.code.rawValue, error.message)
             }

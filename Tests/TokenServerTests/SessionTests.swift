@@ -92,6 +92,10 @@ struct SessionTests {
             #expect(bySerial == 200, "\(bySerialReply)")
             #expect(try await server.service.ca.ledger.entry(serial: serial)?.status != .valid)
             #expect(try await server.service.ca.ledger.entry(serial: serial2)?.status == .valid)
+            // Again, with another reason: the answer says the reason the ledger (and the CRL) kept.
+            let (again, againReply) = try await server.json("/v1/admin/revoke", ["serial": .string(serial), "reason": .string("superseded")], headers: admin)
+            #expect(again == 200 && againReply["reason"]?.stringValue == "keyCompromise", "\(againReply)")
+            #expect(againReply["revokedAt"]?.stringValue != nil)
             let (byAccount, byAccountReply) = try await server.json("/v1/admin/revoke", ["account": .string("dev:carol")], headers: admin)
             #expect(byAccount == 200, "\(byAccountReply)")
             #expect(byAccountReply["revoked"]?.arrayValue?.compactMap(\.stringValue) == [serial2])
