@@ -40,6 +40,27 @@ struct CSRTests {
         #expect(got == nil, "\(file)")
     }
 
+    /// PEM with base64 lines of another length than 64 (76, MIME's; one long line) is read, as
+    /// RFC 7468 §3 asks of parsers (it was "not valid PEM"); the DER is the same either way.
+    @Test func pemOfAnyLineLengthIsRead() throws {
+        let openssl = try OpenSSL()
+        let pem = String(decoding: try openssl.csr("p256", name: "lines"), as: UTF8.self)
+        let der = try ValidatedCSR(Array(pem.utf8)).derBytes
+        let base64 = Data(der).base64EncodedString()
+        for width in [76, 60, base64.count] {
+            var lines: [String] = []
+            var rest = Substring(base64)
+            while !rest.isEmpty {
+                lines.append(String(rest.prefix(width)))
+                rest = rest.dropFirst(width)
+            }
+            let rewrapped = "-----BEGIN CERTIFICATE REQUEST-----\n" + lines.joined(separator: "\n") + "\n-----END CERTIFICATE REQUEST-----\n"
+            #expect(try ValidatedCSR(Array(rewrapped.utf8)).derBytes == der, "\(width)")
+        }
+        let broken = "-----BEGIN CERTIFICATE REQUEST-----\n" + base64.dropLast(3) + "!!!\n-----END CERTIFICATE REQUEST-----\n"
+        #expect(code(Array(broken.utf8)) == "invalid_csr")
+    }
+
     @Test func weakAndHostileInput() throws {
         let openssl = try OpenSSL()
         #expect(code(try openssl.csr("rsa1024", name: "weak")) == "unsupported_key")

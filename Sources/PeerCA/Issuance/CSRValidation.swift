@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SwiftASN1
+import TokenKit
 public import X509
 
 /// A PKCS#10 certificate signing request that passed the CA's checks: parsed (PEM or DER), its
@@ -67,17 +68,20 @@ public struct ValidatedCSR: Sendable {
             der = body
         } else {
             guard let text = String(validating: bytes, as: UTF8.self) else { throw PeerCAError(.invalidCSR, "the CSR is neither DER nor PEM text") }
-            let documents: [PEMDocument]
-            do { documents = try PEMDocument.parseMultiple(pemString: text) } catch {
-                throw PeerCAError(.invalidCSR, "the CSR is not valid PEM")
+            // TokenKit's reader, as for keys: base64 lines of any length (RFC 7468 §3 asks parsers
+            // to be lax; swift-certificates' wanted exactly 64 and refused 76-column PEM as "not
+            // valid PEM").
+            let documents: [PEM.Block]
+            do { documents = try PEM.parse(text) } catch {
+                throw PeerCAError(.invalidCSR, "the CSR is not valid PEM (\(error.message))")
             }
             guard documents.count == 1, let document = documents.first else {
                 throw PeerCAError(.invalidCSR, "expected exactly one PEM block, found \(documents.count)")
             }
-            guard document.discriminator == "CERTIFICATE REQUEST" || document.discriminator == "NEW CERTIFICATE REQUEST" else {
-                throw PeerCAError(.invalidCSR, "the PEM block is \"\(document.discriminator)\", not \"CERTIFICATE REQUEST\"")
+            guard document.label == "CERTIFICATE REQUEST" || document.label == "NEW CERTIFICATE REQUEST" else {
+                throw PeerCAError(.invalidCSR, "the PEM block is \"\(document.label)\", not \"CERTIFICATE REQUEST\"")
             }
-            der = document.derBytes
+            der = document.der
         }
         derBytes = der
         let kind: PublicKeyKind, spki: [UInt8]
