@@ -185,6 +185,12 @@ struct RevocationTests {
         try openssl.must(["ocsp", "-issuer", "issuer.pem", "-sha256", "-cert", "d.pem", "-no_nonce", "-reqout", "sha256-req.der"])
         let bySHA256 = try read(await test.ca.ocspResponse(for: try openssl.read("sha256-req.der"), validity: 600), "sha256", digest: ["-sha256"])
         #expect(bySHA256.contains("Response verify OK") && bySHA256.contains("d.pem: good"), "\(bySHA256)")
+        // And with SHA-384 and SHA-512 (a good certificate was answered unknown).
+        for digest in ["sha384", "sha512"] {
+            try openssl.must(["ocsp", "-issuer", "issuer.pem", "-\(digest)", "-cert", "d.pem", "-no_nonce", "-reqout", "\(digest)-req.der"])
+            let read = try read(await test.ca.ocspResponse(for: try openssl.read("\(digest)-req.der"), validity: 600), digest, digest: ["-\(digest)"])
+            #expect(read.contains("Response verify OK") && read.contains("d.pem: good"), "\(digest): \(read)")
+        }
 
         // Just short of half its validity, the same; at half, a new one, still good.
         now.withLock { $0 += 299 }

@@ -10,6 +10,8 @@ import X509
 enum OCSPResponder {
     static let sha1OID: ASN1ObjectIdentifier = [1, 3, 14, 3, 2, 26]
     static let sha256OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 1]
+    static let sha384OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 2]
+    static let sha512OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 3]
     static let nonceOID: ASN1ObjectIdentifier = [1, 3, 6, 1, 5, 5, 7, 48, 1, 2]
     static let basicOID: ASN1ObjectIdentifier = [1, 3, 6, 1, 5, 5, 7, 48, 1, 1]
 
@@ -117,32 +119,29 @@ enum OCSPResponder {
         }
     }
 
-    /// The issuer's name and key hashes a CertID carries (RFC 6960 §4.1.1), by SHA-1 and
-    /// SHA-256: computed once per CA rather than for every query.
+    /// The issuer's name and key hashes a CertID carries (RFC 6960 §4.1.1), by SHA-1, SHA-256,
+    /// SHA-384 and SHA-512: computed once per CA rather than for every query. (With SHA-384 or
+    /// SHA-512, a good certificate was answered unknown.)
     struct IssuerHashes: Sendable {
-        let sha1: (name: [UInt8], key: [UInt8])?
-        let sha256: (name: [UInt8], key: [UInt8])?
+        let hashes: [ASN1ObjectIdentifier: (name: [UInt8], key: [UInt8])]
 
         init(_ issuer: Certificate) {
             var nameDER = DER.Serializer()
             guard (try? nameDER.serialize(issuer.subject)) != nil else {
-                sha1 = nil
-                sha256 = nil
+                hashes = [:]
                 return
             }
-            let keyBits = issuer.publicKey.subjectPublicKeyInfoBytes
-            sha1 = (Array(Insecure.SHA1.hash(data: nameDER.serializedBytes)), Array(Insecure.SHA1.hash(data: keyBits)))
-            sha256 = (Array(SHA256.hash(data: nameDER.serializedBytes)), Array(SHA256.hash(data: keyBits)))
+            let name = nameDER.serializedBytes, keyBits = issuer.publicKey.subjectPublicKeyInfoBytes
+            hashes = [
+                sha1OID: (Array(Insecure.SHA1.hash(data: name)), Array(Insecure.SHA1.hash(data: keyBits))),
+                sha256OID: (Array(SHA256.hash(data: name)), Array(SHA256.hash(data: keyBits))),
+                sha384OID: (Array(SHA384.hash(data: name)), Array(SHA384.hash(data: keyBits))),
+                sha512OID: (Array(SHA512.hash(data: name)), Array(SHA512.hash(data: keyBits))),
+            ]
         }
 
         func match(_ query: Query) -> Bool {
-            let hashes: (name: [UInt8], key: [UInt8])?
-            switch query.hashAlgorithm {
-            case sha1OID: hashes = sha1
-            case sha256OID: hashes = sha256
-            default: hashes = nil
-            }
-            guard let hashes else { return false }
+            guard let hashes = hashes[query.hashAlgorithm] else { return false }
             return hashes.name[...] == query.issuerNameHash && hashes.key[...] == query.issuerKeyHash
         }
     }
