@@ -148,10 +148,23 @@ public final class TokenService: Sendable {
         let object: [String: JSONValue]
     }
 
+    /// A request body as a JSON object, or a 400 that says what was wrong with it (not UTF-8, a
+    /// member named twice, a number too long…: the parser's words, not one sentence for all).
+    static func jsonObject(_ body: [UInt8]) -> Result<[String: JSONValue], ServiceResponseError> {
+        let value: JSONValue
+        do { value = try JSONValue.parse(body) } catch {
+            return .failure(ServiceResponseError(.error(400, "invalid_request", "the body is not JSON this server reads: \(error.message.prefix(200))")))
+        }
+        guard case .object(let object) = value else { return .failure(ServiceResponseError(.error(400, "invalid_request", "the body must be a JSON object"))) }
+        return .success(object)
+    }
+
     /// Parses `{provider, token, …}`; an error response when it is not that.
     func parse(_ body: [UInt8], needs: [String]) -> Result<Request, ServiceResponseError> {
-        guard let value = try? JSONValue.parse(body), case .object(let object) = value else {
-            return .failure(ServiceResponseError(.error(400, "invalid_request", "the body must be a JSON object")))
+        let object: [String: JSONValue]
+        switch Self.jsonObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let refusal): return .failure(refusal)
         }
         for name in needs where object[name]?.stringValue == nil {
             return .failure(ServiceResponseError(.error(400, "invalid_request", "\"\(name)\" must be a string")))
@@ -288,8 +301,10 @@ public final class TokenService: Sendable {
                 401, "client_certificate_required",
                 "renewal is authenticated by the current certificate over mutual TLS (the server must run with tls)")
         }
-        guard let value = try? JSONValue.parse(body), case .object(let object) = value else {
-            return .error(400, "invalid_request", "the body must be a JSON object")
+        let object: [String: JSONValue]
+        switch Self.jsonObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let refusal): return refusal.response
         }
         if let extra = object.keys.first(where: { $0 != "csr" && $0 != "validitySeconds" }) {
             return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
@@ -378,8 +393,10 @@ public final class TokenService: Sendable {
             counters.counter("tokenserver_admin_refusals_total").increment()
             return .error(401, "unauthorized", "an admin bearer credential is required")
         }
-        guard let value = try? JSONValue.parse(body), case .object(let object) = value else {
-            return .error(400, "invalid_request", "the body must be a JSON object")
+        let object: [String: JSONValue]
+        switch Self.jsonObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let refusal): return refusal.response
         }
         if let extra = object.keys.first(where: { !["serial", "account", "reason"].contains($0) }) {
             return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")

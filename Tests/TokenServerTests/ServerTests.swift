@@ -205,6 +205,12 @@ struct ServerTests {
             let garbage = try await server.request(.POST, "/v1/auth", body: Array("{not json".utf8))
             #expect(garbage.status == 400)
             #expect(String(decoding: garbage.body, as: UTF8.self).contains("invalid_request"))
+            // The parser's reason, not one sentence for every fault (a member named twice said "must be a JSON object").
+            let twice = try await server.request(.POST, "/v1/auth", body: Array(#"{"provider":"x","provider":"dev","token":"t"}"#.utf8))
+            let twiceText = String(decoding: twice.body, as: UTF8.self)
+            #expect(twice.status == 400 && twiceText.contains("the body is not JSON this server reads") && twiceText.contains("provider"), "\(twiceText)")
+            let array = try await server.request(.POST, "/v1/auth", body: Array("[1]".utf8))
+            #expect(String(decoding: array.body, as: UTF8.self).contains("the body must be a JSON object"))
             let huge = try await server.request(.POST, "/v1/auth", body: Array(repeating: 0x20, count: 10_000))
             #expect(huge.status == 413)
             #expect(String(decoding: huge.body, as: UTF8.self).contains("body_too_large"))
