@@ -44,14 +44,16 @@ struct IssuerRotate: ParsableCommand {
         abstract: "Rotate: the next key signs, the current one retires, a new next key is made.",
         discussion: """
             --retire-after is how long the retired key stays published: at least the longest \
-            lifetime of a token it signed (issuer.lifetimeSeconds). Retired keys past their \
-            time are removed. Run it where the key directory lives, e.g. from a daily timer.
+            lifetime of a token it signed (issuer.lifetimeSeconds) plus issuer.reloadSeconds, \
+            since each instance goes on signing with it until its next reload of the keys. \
+            Retired keys past their time are removed. Run it where the key directory lives, \
+            e.g. from a daily timer.
             """)
 
     @Option(help: "The key directory.")
     var dir: String
 
-    @Option(help: "Seconds the retired key stays published (at least the tokens' lifetime).")
+    @Option(help: "Seconds the retired key stays published (at least the tokens' lifetime plus issuer.reloadSeconds).")
     var retireAfter: Double = 3600
 
     func validate() throws {
