@@ -50,6 +50,9 @@ struct ServiceEndpoints: Sendable {
     /// without a registry: its 404s are counted so), `unknown` for a path the service does not serve.
     func name(ofPath path: String) -> String { byPath[path]?.name ?? (path == "/metrics" ? "metrics" : "unknown") }
 
+    /// The method `path` is served with, whatever was asked: a request with another is 405.
+    func method(ofPath path: String) -> ServiceEndpoint.Method? { byPath[path]?.method }
+
     /// The endpoint serving `method` on `path`.
     func endpoint(method: ServiceEndpoint.Method, path: String) -> ServiceEndpoint? {
         guard let endpoint = byPath[path], endpoint.method == method else { return nil }

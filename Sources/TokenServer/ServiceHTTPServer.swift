@@ -209,6 +209,10 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// What the request being read is answered instead of its endpoint (a second Authorization
     /// header, no Host), decided from its head; the body is read first.
     private var refusal: ServiceResponse?
+    /// The request being answered is a HEAD: its GET endpoint's answer, without the body.
+    private var headOnly = false
+    /// The `Allow` header of a 405 being answered.
+    private var allow: String?
     /// How long a request's head and body may take to arrive: three idle timeouts.
     private var readTimeout: TimeAmount { idleTimeout * 3 }
     /// Nothing more is read on this connection (`Connection: close`, the client half-closed, an
@@ -295,7 +299,10 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
             self.head = head
             readingSince = .now()
             path = Self.routePath(head.uri)
-            let method: ServiceEndpoint.Method? = head.method == .GET ? .get : head.method == .POST ? .post : nil
+            // HEAD is GET without the body (RFC 9110 §9.3.2): a load balancer's HEAD /healthz was 404.
+            headOnly = head.method == .HEAD
+            allow = nil
+            let method: ServiceEndpoint.Method? = head.method == .GET || head.method == .HEAD ? .get : head.method == .POST ? .post : nil
             endpoint = method.flatMap { endpoints.endpoint(method: $0, path: path) }
             body.clear()
             excess = 0
@@ -372,6 +379,14 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         let keepAlive = head.isKeepAlive
         guard let endpoint else {
             let shown = path.count > 200 ? String(path.prefix(200)) + "…" : path
+            if let served = endpoints.method(ofPath: path) {
+                // The path exists with another method: 405 and the methods it takes (RFC 9110 §15.5.6).
+                let allowed = served == .get ? "GET, HEAD" : "POST"
+                allow = allowed
+                return answerLater(
+                    .error(405, "method_not_allowed", "\(head.method.rawValue.prefix(20)) is not allowed on \(shown); it takes \(allowed)"),
+                    version: head.version, keepAlive: keepAlive)
+            }
             return answerLater(.error(404, "not_found", "no endpoint \(head.method.rawValue) \(shown)"), version: head.version, keepAlive: keepAlive)
         }
         if excess > 0 { return answerLater(endpoints.bodyTooLarge, version: head.version, keepAlive: keepAlive) }
@@ -416,6 +431,10 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         headers.add(name: "Cache-Control", value: "no-store")
         headers.add(name: "Date", value: HTTPDate.now())
         headers.add(name: "Server", value: "tokentool")
+        if let allow {
+            headers.add(name: "Allow", value: allow)
+            self.allow = nil
+        }
         if close {
             headers.add(name: "Connection", value: "close")
         } else if version == .http1_0 {
@@ -423,7 +442,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         }
         let status = HTTPResponseStatus(statusCode: response.status)
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: status, headers: headers))), promise: nil)
-        if !response.body.isEmpty {
+        if !response.body.isEmpty, !headOnly {
             context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
         }
         if close {

@@ -78,18 +78,31 @@ struct FrontEndTests {
     }
 
     /// A body over `limits.maxBodyBytes` is answered 413 `body_too_large` and the connection
-    /// stays usable; a method an endpoint does not take is 404, counted under that endpoint.
+    /// stays usable; a method an endpoint does not take is 405 with the methods it does in
+    /// `Allow`, counted under that endpoint; HEAD is GET without the body (a load balancer's HEAD
+    /// /healthz was 404).
     @Test func tooLargeBodiesAndWrongMethods() async throws {
         let counted = TestMetrics()
         try await Self.withServer(counted: counted) { port in
             let huge = [UInt8](repeating: 0x20, count: 70_000)
             let requests = Array("POST /v1/auth HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: \(huge.count)\r\n\r\n".utf8) + huge
-                + Array("GET /v1/auth HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".utf8)
-            let answers = Self.responses(try await LoopbackSocket.exchange(port: port, sending: requests))
-            #expect(answers.map(\.status) == [413, 404, 200])
+                + Array("GET /v1/auth HTTP/1.1\r\nHost: t\r\n\r\nPOST /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n".utf8)
+                + Array("HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".utf8)
+            let bytes = try await LoopbackSocket.exchange(port: port, sending: requests)
+            // HEAD's answer has a length and no body: parse it as a head alone, then the GET after it.
+            let text = String(decoding: bytes, as: UTF8.self)
+            let headAnswer = try #require(text.range(of: "HTTP/1.1 200 OK"))
+            let rest = String(text[headAnswer.lowerBound...])
+            let headEnd = try #require(rest.range(of: "\r\n\r\n"))
+            #expect(rest[..<headEnd.lowerBound].lowercased().contains("content-length: "), "\(rest)")
+            #expect(rest[headEnd.upperBound...].hasPrefix("HTTP/1.1 200 OK"), "no body after HEAD's head, the GET's answer next: \(rest)")
+            let answers = Self.responses(Array(text[..<headAnswer.lowerBound].utf8)) + Self.responses(Array(rest[headEnd.upperBound...].utf8))
+            #expect(answers.map(\.status) == [413, 405, 405, 200])
             #expect(answers.first?.body.contains("body_too_large") == true)
-            let auth404 = (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", "auth"), ("status", "404")]))?.totalValue
-            #expect(auth404 == 1)
+            #expect(answers[1].headers.contains("Allow: POST") && answers[2].headers.contains("Allow: GET, HEAD"), "\(answers)")
+            #expect(answers[1].body.contains("method_not_allowed"))
+            let auth405 = (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", "auth"), ("status", "405")]))?.totalValue
+            #expect(auth405 == 1)
         }
     }
 
