@@ -1,5 +1,6 @@
 public import Foundation
 import SwiftASN1
+import TokenKit
 public import X509
 
 /// RFC 5280 certificate revocation lists: encoded by the CA, parsed and verified by peers.
@@ -141,4 +142,13 @@ public struct RevocationList: Sendable {
 
     /// Whether the certificate with this serial is listed.
     public func isRevoked(_ serial: Certificate.SerialNumber) -> Bool { revoked[SerialNumbers.hex(serial)] != nil }
+
+    /// Nil when the list is current at `time` (thisUpdate at most ``PeerVerifier/crlClockSkew``
+    /// ahead of it, time at most nextUpdate, which it must have); otherwise why not, in words. The
+    /// one rule for the verifier's check of a leaf and a ``PeerTLS``'s update.
+    func notCurrent(at time: Date) -> String? {
+        if let nextUpdate, thisUpdate <= time + PeerVerifier.crlClockSkew, time <= nextUpdate { return nil }
+        let next = nextUpdate.map { ISO8601Text.string($0) } ?? "none"
+        return "the CRL is not current (thisUpdate \(ISO8601Text.string(thisUpdate)), nextUpdate \(next)"
+    }
 }

@@ -123,10 +123,8 @@ public struct PeerTLS: Sendable {
     public func updateRevocations(_ list: RevocationList) throws(PeerCAError) {
         try current.value.withLock { verifier throws(PeerCAError) in
             let now = Date(timeIntervalSince1970: verifier.clock.now.rounded(.down))
-            guard let nextUpdate = list.nextUpdate, list.thisUpdate <= now + PeerVerifier.crlClockSkew, now <= nextUpdate else {
-                let next = list.nextUpdate.map { ISO8601Text.string($0) } ?? "none"
-                throw PeerCAError(
-                    .invalidCAMaterial, "the CRL is not current (thisUpdate \(ISO8601Text.string(list.thisUpdate)), nextUpdate \(next), now \(ISO8601Text.string(now)))")
+            if let notCurrent = list.notCurrent(at: now) {
+                throw PeerCAError(.invalidCAMaterial, "\(notCurrent), now \(ISO8601Text.string(now)))")
             }
             if let present = verifier.revocations {
                 guard list.issuer == present.issuer, list.signerKey == present.signerKey else {

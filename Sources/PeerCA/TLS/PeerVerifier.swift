@@ -242,12 +242,8 @@ struct PeerLeafPolicy: VerifierPolicy {
             }
             // thisUpdate is the CA's clock: a device a little behind it must not refuse every peer
             // for a while after each new CRL (certificates are backdated for the same reason).
-            guard let nextUpdate = revocations.nextUpdate, revocations.thisUpdate <= validationTime + PeerVerifier.crlClockSkew,
-                validationTime <= nextUpdate
-            else {
-                let next = revocations.nextUpdate.map { ISO8601Text.string($0) } ?? "none"
-                return .failsToMeetPolicy(
-                    reason: "the CRL is not current (thisUpdate \(ISO8601Text.string(revocations.thisUpdate)), nextUpdate \(next)): fetch the CA's latest")
+            if let notCurrent = revocations.notCurrent(at: validationTime) {
+                return .failsToMeetPolicy(reason: "\(notCurrent)): fetch the CA's latest")
             }
             if revocations.isRevoked(leaf.serialNumber) { return .failsToMeetPolicy(reason: PeerLeafPolicy.revokedReason) }
         }
