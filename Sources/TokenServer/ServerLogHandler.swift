@@ -1,5 +1,5 @@
 public import Logging
-import PeerCA
+import TokenKit
 
 /// A log handler that writes what swift-log's `StreamLogHandler` writes, in the same format, but
 /// formats its metadata only when a message is logged.
@@ -73,20 +73,6 @@ public struct ServerLogHandler: LogHandler {
         }
     }
 
-    /// `text` with control characters (C0, DEL, C1) as `\n`, `\r`, `\t` or `\u{…}`, and the
-    /// bidirectional formatting characters as `\u{…}`.
-    static func escaped(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: IssuancePolicy.isUnprintable) else { return text }
-        var out = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where IssuancePolicy.isUnprintable(scalar): out += "\\u{\(String(scalar.value, radix: 16))}"
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
+    /// `text` with control and bidi formatting characters as escapes (`UnprintableText`).
+    static func escaped(_ text: String) -> String { UnprintableText.escaped(text) }
 }

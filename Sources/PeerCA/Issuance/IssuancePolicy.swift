@@ -61,14 +61,6 @@ public struct IssuancePolicy: Sendable {
     /// ahead of ours): 300 s, as far as a certificate is backdated.
     public static let signInClockSkew: TimeInterval = 300
 
-    /// Control characters (C0, DEL, C1) and the bidirectional formatting characters.
-    package static func isUnprintable(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.value {
-        case 0..<0x20, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
-        default: false
-        }
-    }
-
     public func identity(for token: VerifiedToken, now: Date) throws(PeerCAError) -> PeerIdentity {
         try identity(for: token, payload: token.payload, now: now)
     }
@@ -87,7 +79,7 @@ public struct IssuancePolicy: Sendable {
         // The account is the certificate's CN, the webhook's userID and a field of log lines: a
         // control character (a newline forged a log line; a NUL went into the CN) or a bidi
         // override (which shows a name reversed) has no place in it.
-        if let scalar = account.unicodeScalars.first(where: Self.isUnprintable) {
+        if let scalar = account.unicodeScalars.first(where: UnprintableText.isUnprintable) {
             throw PeerCAError(
                 .policyViolation,
                 "the account UID has a control or bidirectional formatting character (U+\(String(scalar.value, radix: 16, uppercase: true))); it becomes the CN")
