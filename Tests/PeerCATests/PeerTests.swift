@@ -37,6 +37,22 @@ struct Devices {
 
     func keyPEM(_ name: String) throws -> String { try String(contentsOfFile: openssl.path("\(name).key"), encoding: .utf8) }
 
+    /// An echo server on 127.0.0.1 (a port the OS picks) that accepts with `tls`'s handlers;
+    /// `onPeer` hears of each verified peer.
+    static func echoServer(
+        _ tls: PeerTLS, group: any EventLoopGroup, onPeer: @escaping @Sendable (PeerCertificateIdentity) -> Void = { _ in }
+    ) async throws -> (server: any Channel, port: Int) {
+        let server = try await ServerBootstrap(group: group)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try tls.addServerHandlers(to: channel.pipeline.syncOperations, onPeer: onPeer)
+                    try channel.pipeline.syncOperations.addHandler(Echo())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        return (server, try #require(server.localAddress?.port))
+    }
+
     func tls(_ name: String, _ issued: IssuedCertificate, verifier: PeerVerifier) throws -> PeerTLS {
         try PeerTLS(certificateChainPEM: issued.chainPEM, privateKeyPEM: try keyPEM(name), verifier: verifier)
     }
@@ -130,15 +146,7 @@ struct PeerTests {
         let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let seenByServer = Mutex<[String]>([])
-        let server = try await ServerBootstrap(group: group)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations) { peer in seenByServer.withLock { $0.append(peer.spiffeID) } }
-                    try channel.pipeline.syncOperations.addHandler(Echo())
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(server.localAddress?.port)
+        let (server, port) = try await Devices.echoServer(bobTLS, group: group) { peer in seenByServer.withLock { $0.append(peer.spiffeID) } }
 
         func talk(_ tls: PeerTLS) async throws -> (reply: String?, peer: String?) {
             let seen = Mutex<String?>(nil)
@@ -187,15 +195,7 @@ extension PeerTests {
         let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
         let aliceTLS = try devices.tls("alice", devices.alice, verifier: verifier)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let server = try await ServerBootstrap(group: group)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations)
-                    try channel.pipeline.syncOperations.addHandler(Echo())
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(server.localAddress?.port)
+        let (server, port) = try await Devices.echoServer(bobTLS, group: group)
         func talk() async throws -> String? {
             let reply = group.next().makePromise(of: String.self)
             let client = try await ClientBootstrap(group: group)
@@ -255,15 +255,7 @@ extension PeerTests {
         let bobTLS = try devices.tls("bob", devices.bob, verifier: verifier)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let seen = Mutex<[String]>([])
-        let server = try await ServerBootstrap(group: group)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try bobTLS.addServerHandlers(to: channel.pipeline.syncOperations) { peer in seen.withLock { $0.append(peer.spiffeID) } }
-                    try channel.pipeline.syncOperations.addHandler(Echo())
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(server.localAddress?.port)
+        let (server, port) = try await Devices.echoServer(bobTLS, group: group) { peer in seen.withLock { $0.append(peer.spiffeID) } }
         // s_client sends a line once the session tickets have arrived, then quits; Echo answers it.
         func connect(_ version: String, _ session: String) async throws -> (reused: Bool, echoed: Bool, output: String) {
             let command =
