@@ -1,3 +1,4 @@
+import PeerCA
 import Synchronization
 
 /// Request timeouts without a timer per request.
@@ -64,9 +65,10 @@ final class RequestDeadlines: Sendable {
                     return !state.watching
                 }
                 if startWatchdog { Task.detached { await self.watch() } }
-                let work = Task {
+                // On the request's executor (the connection's event loop under `tokentool serve`).
+                let work = Task(executorPreference: RequestExecutor.current) {
                     let response = await operation()
-                    state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
+                    self.state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
                 }
                 let watched = state.withLock { state -> Bool in
                     guard state.pending[id] != nil else { return false }

@@ -62,9 +62,15 @@ struct ServiceEndpoints: Sendable {
     /// The answer to a body over ``maxBody``.
     var bodyTooLarge: ServiceResponse { .error(413, "body_too_large", "the request body exceeds \(maxBody) bytes") }
 
-    init(_ service: TokenService, metrics: PrometheusCollectorRegistry?, counters: RequestCounters) {
-        maxBody = service.configuration.maxBodyBytes
+    /// A table of `endpoints` (the first of two on one path serves it).
+    init(endpoints: [ServiceEndpoint], maxBody: Int, counters: RequestCounters) {
+        self.endpoints = endpoints
+        self.maxBody = maxBody
         self.counters = counters
+        byPath = Dictionary(endpoints.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    init(_ service: TokenService, metrics: PrometheusCollectorRegistry?, counters: RequestCounters) {
         // Past the request timeout the request is answered 503 `timeout` (OCSP: `tryLater`) and its
         // work cancelled; the answer does not wait for the work to stop (RequestDeadlines).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
@@ -98,8 +104,7 @@ struct ServiceEndpoints: Sendable {
             let scrape = MetricsScrape(service: service, registry: metrics)
             endpoints.append(get("/metrics", "metrics") { scrape.response() })
         }
-        self.endpoints = endpoints
-        byPath = Dictionary(endpoints.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        self.init(endpoints: endpoints, maxBody: service.configuration.maxBodyBytes, counters: counters)
     }
 }
 

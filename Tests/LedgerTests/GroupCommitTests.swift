@@ -17,6 +17,18 @@ private final class Gate: Sendable {
     func open() { continuation.finish() }
 }
 
+/// A serial dispatch queue as a task executor, that knows when it is the current one.
+private final class QueueExecutor: TaskExecutor, @unchecked Sendable {
+    private let queue = DispatchQueue(label: "GroupCommitTests.QueueExecutor")
+    private let key = DispatchSpecificKey<Bool>()
+    init() { queue.setSpecific(key: key, value: true) }
+    var isCurrent: Bool { DispatchQueue.getSpecific(key: key) == true }
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job), executor = asUnownedTaskExecutor()
+        queue.async { job.runSynchronously(on: executor) }
+    }
+}
+
 /// Polls `condition` every millisecond for up to 120 s (a condition that never holds fails the test;
 /// each test releases what its writers wait on when this throws, so it does not hang either).
 ///
@@ -74,6 +86,23 @@ struct GroupCommitTests {
         #expect(Set(written.last ?? []) == Set(1...9), "the nine waiting requests go in one batch")
         let statistics = commits.statistics
         #expect((statistics.batches, statistics.requests, statistics.waiting, statistics.largestBatch) == (2, 10, 0, 9))
+    }
+
+    /// The batch writer starts on the executor its first request's task prefers
+    /// (`RequestExecutor.current`; under `tokentool serve`, the connection's event loop, behind
+    /// the work the loop has queued), and on the global pool when there is none.
+    @Test func theBatchWriterRunsOnTheRequestsExecutor() async throws {
+        let queue = QueueExecutor()
+        let onQueue = Mutex<[Bool]>([])
+        let commits = GroupCommit<Int> { batch in
+            onQueue.withLock { $0.append(queue.isCurrent) }
+            return batch.map { _ in .success(()) }
+        }
+        try await Task(executorPreference: queue) {
+            try await RequestExecutor.$current.withValue(queue) { try await commits.submit(1) }
+        }.value
+        try await commits.submit(2)
+        #expect(onQueue.withLock { $0 } == [true, false])
     }
 
     @Test func batchesAreCappedAndAShortResultFailsTheRestRatherThanHang() async throws {

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import MetricsTestKit
 import NIOCore
+import PeerCA
 import ServiceLifecycle
 import Synchronization
 import TestSupport
@@ -238,6 +239,37 @@ struct FrontEndTests {
             try await Task.sleep(for: .milliseconds(300))
             let healthz = (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", "healthz"), ("status", "200")]))?.totalValue
             #expect(healthz == 1)
+        }
+    }
+
+    /// A request's work runs on its connection's event loop (``LoopTaskExecutor``), not on Swift's
+    /// global pool, and so does the task its deadline starts for it; the tasks it starts for the
+    /// request (the ledger's batch writer) find that loop in `RequestExecutor.current`. A
+    /// certificate through the real endpoints is answered so too.
+    @Test func aRequestsWorkRunsOnItsConnectionsEventLoop() async throws {
+        let deadlines = RequestDeadlines(.seconds(300))
+        let probe = ServiceEndpoint(method: .post, path: "/probe", name: "probe") { request in
+            let outside = request.channel.eventLoop.inEventLoop
+            return await deadlines.run {
+                let loop = request.channel.eventLoop
+                let preferred = (RequestExecutor.current as? LoopTaskExecutor)?.loop === loop
+                let started = await Task(executorPreference: RequestExecutor.current) { loop.inEventLoop }.value
+                let text = "\(outside) \(loop.inEventLoop) \(preferred) \(started)"
+                return ServiceResponse(status: 200, contentType: "text/plain", body: Array(text.utf8))
+            }
+        }
+        try await LiveServer.with(serving: { _, logger, onRunning in
+            let server = ServiceHTTPServer(
+                endpoints: ServiceEndpoints(endpoints: [probe], maxBody: 1024, counters: RequestCounters(factory: TestMetrics())),
+                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(60), logger: logger,
+                beforeStart: {}, onRunning: onRunning)
+            return ServiceGroup(configuration: .init(services: [server], logger: logger))
+        }) { server in
+            let requests = String(repeating: "POST /probe HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n", count: 3)
+                + "POST /probe HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            let answers = Self.responses(try await LoopbackSocket.exchange(port: server.port, sending: Array(requests.utf8)))
+            #expect(answers.map(\.status) == [200, 200, 200, 200])
+            #expect(answers.allSatisfy { $0.body == "true true true true" }, "\(answers.map(\.body))")
         }
     }
 
