@@ -115,6 +115,8 @@ private struct MetricsScrape: Sendable {
     let registry: PrometheusCollectorRegistry
     let commits, committed, largest, withdrawn, raised, refused, pageCacheInstalled, pageCacheSkipped, presigned, refills, whole: Gauge
     let sessionsAge, sessionsFailures: Gauge
+    /// The issuer's key directory (only with an issuer configured).
+    let issuerKeysAge, issuerReloadFailures: Gauge?
 
     init(service: TokenService, registry: PrometheusCollectorRegistry) {
         self.service = service
@@ -148,6 +150,11 @@ private struct MetricsScrape: Sendable {
         // the reloads that failed or went unanswered (the list stayed as it was).
         sessionsAge = gauge("tokenserver_sessions_list_age_seconds", "Seconds since the ended-sessions list was last loaded from the ledger (-1: never)")
         sessionsFailures = gauge("tokenserver_sessions_reload_failures", "Reloads of the ended-sessions list that failed or went unanswered past their limit; the last list stayed in use")
+        // The issuer's keys (token exchange): how long since they were read from the key
+        // directory, and the reloads that failed (a rotation made elsewhere not yet seen here).
+        let issuer = service.issuer != nil
+        issuerKeysAge = issuer ? gauge("tokenserver_issuer_keys_age_seconds", "Seconds since the issuer's keys were last read from its key directory") : nil
+        issuerReloadFailures = issuer ? gauge("tokenserver_issuer_keys_reload_failures", "Reloads of the issuer's key directory that failed; the keys read before stayed in use") : nil
     }
 
     func response() -> ServiceResponse {
@@ -166,6 +173,10 @@ private struct MetricsScrape: Sendable {
         let sessions = service.sessions.statistics
         sessionsAge.set(sessions.loadedAt.map { (ContinuousClock.now - $0) / .seconds(1) } ?? -1)
         sessionsFailures.set(Int64(sessions.failures))
+        if let reloads = service.issuer?.reloadStatistics {
+            issuerKeysAge?.set((ContinuousClock.now - reloads.loadedAt) / .seconds(1))
+            issuerReloadFailures?.set(Int64(reloads.failures))
+        }
         if let statistics = service.ca.authority.presigner?.statistics {
             presigned.set(Int64(statistics.used))
             refills.set(Int64(statistics.refills))

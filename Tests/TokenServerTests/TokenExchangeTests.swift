@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOHTTP1
 import PeerCA
 import TestSupport
@@ -66,6 +67,8 @@ struct TokenExchangeTests {
             let expiresIn = try #require(reply["expires_in"].flatMap { $0.doubleValue })
             #expect(expiresIn > 0 && expiresIn <= 600)
             let token = try #require(reply["access_token"]?.stringValue)
+            let metrics = String(decoding: try await server.request(.GET, "/metrics").body, as: UTF8.self)
+            #expect(metrics.contains("\ntokenserver_issuer_keys_reload_failures ") && metrics.contains("\ntokenserver_issuer_keys_age_seconds "))
 
             // What the token says.
             let unverified = try UnverifiedToken(token)
@@ -129,6 +132,38 @@ struct TokenExchangeTests {
             #expect(refusedOld.status == 1, "\(refusedOld.out)\(refusedOld.err)")
             #expect(try await Self.pyjwtVerify(server, token).status != 0)
         }
+    }
+
+    /// A reload of the issuer's key directory that fails keeps the keys in use and is counted
+    /// (`/metrics`: `tokenserver_issuer_keys_reload_failures`, with `tokenserver_issuer_keys_age_seconds`
+    /// still counting from the last good read); the next good reload reads the keys again.
+    @Test func aFailedKeyReloadIsCountedAndTheKeysStay() async throws {
+        let directory = try temporaryDirectory().appendingPathComponent("issuer").path
+        let issuer = try TokenIssuer(
+            configuration: ServerConfiguration.Issuer(url: nil, audiences: ["partner-api"], lifetimeSeconds: 60, keyDirectory: nil, reloadSeconds: 1),
+            keyDirectory: directory, logger: Logger(label: "test"))
+        let kid = try issuer.keys.signingKey.kid
+        let started = issuer.reloadStatistics.loadedAt
+        issuer.reloadOnce()
+        let good = issuer.reloadStatistics
+        #expect(good.failures == 0 && good.loadedAt > started)
+
+        let manifest = issuer.keys.manifestPath
+        let saved = try Data(contentsOf: URL(fileURLWithPath: manifest))
+        try Data("{not a manifest".utf8).write(to: URL(fileURLWithPath: manifest))
+        issuer.reloadOnce()
+        issuer.reloadOnce()
+        let failed = issuer.reloadStatistics
+        #expect(failed.failures == 2)
+        #expect(failed.loadedAt == good.loadedAt, "the age counts from the last good read")
+        #expect(try issuer.keys.signingKey.kid == kid, "the keys read before stay in use")
+
+        try saved.write(to: URL(fileURLWithPath: manifest))
+        try IssuerKeyRing.rotate(directory: directory, retiredKeyLifetime: 60)
+        issuer.reloadOnce()
+        let again = issuer.reloadStatistics
+        #expect(again.failures == 2 && again.loadedAt > good.loadedAt)
+        #expect(try issuer.keys.signingKey.kid != kid, "the rotation is seen")
     }
 
     /// The key directory is made and rotated whole or not at all, one process at a time: a

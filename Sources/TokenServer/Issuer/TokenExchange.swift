@@ -33,14 +33,44 @@ final class TokenIssuer: Service, Sendable {
     /// Sets the URL from the bound address when none is configured.
     func listening(at base: String) { url.withLock { if $0 == nil { $0 = base } } }
 
+    /// The key directory's reloads so far (`/metrics`: `tokenserver_issuer_keys_age_seconds`,
+    /// `tokenserver_issuer_keys_reload_failures`), so that an operator can alert on an instance
+    /// that has stopped following rotations: it would go on signing with a retired key.
+    struct ReloadStatistics: Sendable {
+        /// When the keys in use were last read from the directory (at start, then at each reload).
+        var loadedAt: ContinuousClock.Instant
+        /// Reloads that failed; the keys read before stayed in use.
+        var failures = 0
+    }
+
+    private let reloads = Mutex(ReloadStatistics(loadedAt: .now))
+
+    var reloadStatistics: ReloadStatistics { reloads.withLock { $0 } }
+
+    /// Reloads the key directory every ``reloadInterval`` until the service group shuts down.
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: self.reloadInterval)
-                do { try self.keys.reload() } catch {
-                    self.logger.warning("cannot reload the issuer keys", metadata: ["error": "\(error)"])
-                }
+                self.reloadOnce()
             }
+        }
+    }
+
+    /// One reload: a failure keeps the keys in use, and is logged (with how old those keys are)
+    /// and counted.
+    func reloadOnce() {
+        do throws(PeerCAError) {
+            try keys.reload()
+            reloads.withLock { $0.loadedAt = .now }
+        } catch {
+            let loadedAt = reloads.withLock { statistics in
+                statistics.failures += 1
+                return statistics.loadedAt
+            }
+            logger.warning(
+                "cannot reload the issuer keys; the keys read before stay in use",
+                metadata: ["error": "\(error)", "keysAge": "\(ContinuousClock.now - loadedAt)"])
         }
     }
 }
