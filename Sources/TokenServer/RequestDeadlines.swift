@@ -52,7 +52,9 @@ final class RequestDeadlines: Sendable {
 
     /// Runs `operation` within the deadline: its response, or `timedOut` (by default 503
     /// `timeout`) as soon as the deadline has passed, whether or not the work has stopped.
-    /// Cancelling the caller cancels the work (its response, if it ends so, is the answer).
+    /// Cancelling the caller cancels the work (its response, if it ends so, is the answer). Work
+    /// that has not started when it is cancelled — by the deadline or the caller — never starts
+    /// (`operation` is not called; the answer is `timedOut`).
     func run(
         timedOut: ServiceResponse? = nil, _ operation: @escaping @Sendable () async -> ServiceResponse
     ) async -> ServiceResponse {
@@ -67,7 +69,9 @@ final class RequestDeadlines: Sendable {
                 if startWatchdog { Task.detached { await self.watch() } }
                 // On the request's executor (the connection's event loop under `tokentool serve`).
                 let work = Task(executorPreference: RequestExecutor.current) {
-                    let response = await operation()
+                    // Work that starts after its deadline (queued behind other work on its
+                    // executor, under overload) is not done: its request was answered already.
+                    let response = Task.isCancelled ? (timedOut ?? self.timeoutAnswer) : await operation()
                     self.state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
                 }
                 let watched = state.withLock { state -> Bool in

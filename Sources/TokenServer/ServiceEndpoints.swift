@@ -28,6 +28,13 @@ struct ServiceEndpoint: Sendable {
     let path: String
     /// The `endpoint` dimension of the request counter.
     let name: String
+    /// Whether `tokentool serve` runs its work on the connection's event loop (see
+    /// ``LoopTaskExecutor``): yes for the endpoints whose work is short and bounded per request;
+    /// no for those whose work grows with the ledger or the CA key (the CRL sorts and signs every
+    /// revoked serial; an OCSP answer with a nonce is signed each time, ≈ 1 ms with an RSA CA
+    /// key), which stay on Swift's global pool so that a burst of them does not hold a loop's
+    /// other connections.
+    var onLoop = true
     let respond: @Sendable (ServiceRequest) async -> ServiceResponse
 
     /// A POST reads its body; a GET has none.
@@ -75,13 +82,16 @@ struct ServiceEndpoints: Sendable {
         // work cancelled; the answer does not wait for the work to stop (RequestDeadlines).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
         func post(
-            _ path: String, _ name: String, timedOut: ServiceResponse? = nil, _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse
+            _ path: String, _ name: String, timedOut: ServiceResponse? = nil, onLoop: Bool = true,
+            _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse
         ) -> ServiceEndpoint {
-            ServiceEndpoint(method: .post, path: path, name: name) { request in await deadlines.run(timedOut: timedOut) { await respond(request) } }
+            ServiceEndpoint(method: .post, path: path, name: name, onLoop: onLoop) { request in await deadlines.run(timedOut: timedOut) { await respond(request) } }
         }
         // GETs answer from memory, except the CRL, which reads the ledger: it has the deadline.
-        func get(_ path: String, _ name: String, deadline: Bool = false, _ respond: @escaping @Sendable () async -> ServiceResponse) -> ServiceEndpoint {
-            ServiceEndpoint(method: .get, path: path, name: name) { _ in deadline ? await deadlines.run { await respond() } : await respond() }
+        func get(
+            _ path: String, _ name: String, deadline: Bool = false, onLoop: Bool = true, _ respond: @escaping @Sendable () async -> ServiceResponse
+        ) -> ServiceEndpoint {
+            ServiceEndpoint(method: .get, path: path, name: name, onLoop: onLoop) { _ in deadline ? await deadlines.run { await respond() } : await respond() }
         }
         // OCSP clients read an OCSP response: past the deadline, `tryLater`.
         let ocspTryLater = ServiceResponse(status: 200, contentType: "application/ocsp-response", body: PeerCertificateAuthority.ocspTryLater)
@@ -96,8 +106,8 @@ struct ServiceEndpoints: Sendable {
             get("/.well-known/openid-configuration", "discovery") { service.discoveryDocument() },
             get("/.well-known/jwks.json", "jwks") { service.publishedKeys() },
             get("/v1/ca", "ca") { ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)) },
-            get("/v1/crl", "crl", deadline: true) { await service.crl() },
-            post("/v1/ocsp", "ocsp", timedOut: ocspTryLater) { await service.ocsp($0.body) },
+            get("/v1/crl", "crl", deadline: true, onLoop: false) { await service.crl() },
+            post("/v1/ocsp", "ocsp", timedOut: ocspTryLater, onLoop: false) { await service.ocsp($0.body) },
             get("/healthz", "healthz") { ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)) },
         ]
         if let metrics {

@@ -46,14 +46,20 @@ final class ServiceHTTPServer: Service {
     private let port: Int
     private let tls: NIOSSLContext?
     private let idleTimeout: TimeAmount
+    private let workOnLoops: Bool
     private let logger: Logger
     private let beforeStart: @Sendable () async throws -> Void
     private let onRunning: @Sendable (Int) async -> Void
 
+    /// - Parameter workOnLoops: Run requests' work on their connections' event loops (see the
+    ///   type's documentation; endpoints marked otherwise stay on the global pool); by default
+    ///   yes, unless `TOKENTOOL_WORK_ON_LOOPS=0`.
     init(
-        endpoints: ServiceEndpoints, host: String, port: Int, tls: NIOSSLContext?, idleTimeout: TimeAmount, logger: Logger,
+        endpoints: ServiceEndpoints, host: String, port: Int, tls: NIOSSLContext?, idleTimeout: TimeAmount,
+        workOnLoops: Bool = LoopTaskExecutor.workOnLoops, logger: Logger,
         beforeStart: @escaping @Sendable () async throws -> Void, onRunning: @escaping @Sendable (Int) async -> Void
     ) {
+        self.workOnLoops = workOnLoops
         self.logger = logger
         self.endpoints = endpoints
         self.host = host
@@ -74,7 +80,7 @@ final class ServiceHTTPServer: Service {
         let group = MultiThreadedEventLoopGroup.singleton
         let quiesce = ServerQuiescingHelper(group: group)
         let work = InFlightWork()
-        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout, logger = self.logger
+        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout, logger = self.logger, workOnLoops = self.workOnLoops
         var limits = NIOHTTPDecoderLimitConfiguration()
         limits.maxHeaderFieldCount = 1000  // Hummingbird's limit; NIO's own allows 65,534
         let decoderLimits = limits
@@ -96,7 +102,7 @@ final class ServiceHTTPServer: Service {
                     try pipeline.configureHTTPServerPipeline(
                         withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
                         withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
-                    try pipeline.addHandler(ServiceRequestHandler(endpoints: endpoints, work: work, idleTimeout: idleTimeout, logger: logger))
+                    try pipeline.addHandler(ServiceRequestHandler(endpoints: endpoints, work: work, idleTimeout: idleTimeout, workOnLoops: workOnLoops, logger: logger))
                 }
             }
         let listener = try await bootstrap.bind(host: host, port: port).get()
@@ -235,20 +241,22 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// 413 and stay usable; a longer one is answered 413 at once and the connection closed.
     private var drainLimit: Int { max(endpoints.maxBody * 4, 1 << 20) }
 
-    /// The connection's event loop as the executor of its requests' tasks (nil: the global pool,
-    /// by `TOKENTOOL_WORK_ON_LOOPS=0`).
+    /// Whether requests' work runs on the connection's event loop (`executor`).
+    private let workOnLoops: Bool
+    /// The connection's event loop as the executor of its requests' tasks (nil: the global pool).
     private var executor: LoopTaskExecutor?
 
-    init(endpoints: ServiceEndpoints, work: InFlightWork, idleTimeout: TimeAmount, logger: Logger) {
+    init(endpoints: ServiceEndpoints, work: InFlightWork, idleTimeout: TimeAmount, workOnLoops: Bool, logger: Logger) {
         self.endpoints = endpoints
         self.work = work
         self.idleTimeout = idleTimeout
+        self.workOnLoops = workOnLoops
         self.logger = logger
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        executor = LoopTaskExecutor.workOnLoops ? LoopTaskExecutor(context.eventLoop) : nil
+        executor = workOnLoops ? LoopTaskExecutor(context.eventLoop) : nil
         if context.channel.isActive { armIdleTimer(context, in: idleTimeout) }
     }
 
@@ -414,7 +422,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         answering = true
         let loop = context.eventLoop, name = endpoint.name, version = head.version
         let handler = NIOLoopBound(self, eventLoop: loop)
-        let work = self.work, executor = self.executor
+        let work = self.work, executor = endpoint.onLoop ? self.executor : nil
         work.started()
         Task(executorPreference: executor) {
             let response = await RequestExecutor.$current.withValue(executor) { await endpoint.respond(request) }
@@ -560,7 +568,9 @@ enum HTTPDate {
 /// between the loop's I/O, in the order they are enqueued.
 ///
 /// The loop must outlive the tasks (the server's loops are NIO's process-wide singleton group,
-/// never shut down): a job enqueued on a loop that has shut down would never run.
+/// never shut down): a job enqueued on a loop that has shut down would never run. It must be a
+/// loop that runs by itself (not NIO's `EmbeddedEventLoop`, which runs jobs only when a test
+/// advances it).
 final class LoopTaskExecutor: TaskExecutor {
     /// Whether `tokentool serve` runs request tasks on their connections' loops: yes, unless
     /// `TOKENTOOL_WORK_ON_LOOPS=0` (a comparison with the global pool).
