@@ -153,7 +153,7 @@ struct RequestDeadlinesTests {
     /// nobody reads.
     @Test func workQueuedPastItsDeadlineNeverStarts() async throws {
         let queue = BlockableExecutor()
-        queue.block(for: .seconds(2))
+        queue.hold()  // until the request has been answered: the work cannot start before its deadline
         let deadlines = RequestDeadlines(.milliseconds(50))
         let ran = Cancellations()  // counts the runs here
         let reply = await RequestExecutor.$current.withValue(queue) {
@@ -162,6 +162,7 @@ struct RequestDeadlinesTests {
                 return .json(200, .string("done"))
             }
         }
+        queue.release()
         #expect(reply.status == 503)
         queue.drain()  // the queued work has run (or been skipped) once this returns
         let runs = ran.count.load(ordering: .relaxed)
@@ -169,14 +170,16 @@ struct RequestDeadlinesTests {
     }
 }
 
-/// A serial dispatch queue as a task executor that a test can hold busy.
+/// A serial dispatch queue as a task executor that a test can hold busy (its own thread: holding it
+/// does not take a thread from Swift's pool).
 final class BlockableExecutor: TaskExecutor, @unchecked Sendable {
     private let queue = DispatchQueue(label: "RequestDeadlinesTests.BlockableExecutor")
+    private let gate = DispatchSemaphore(value: 0)
 
-    /// Keeps the queue busy for `duration` (its next jobs wait).
-    func block(for duration: Duration) {
-        queue.async { Thread.sleep(forTimeInterval: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18) }
-    }
+    /// Keeps the queue busy until ``release()``: the jobs enqueued meanwhile wait.
+    func hold() { queue.async { self.gate.wait() } }
+
+    func release() { gate.signal() }
 
     /// Returns once every job enqueued so far has run.
     func drain() { queue.sync {} }
