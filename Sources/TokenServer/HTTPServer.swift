@@ -132,7 +132,8 @@ public enum TokenHTTPServer {
         let tls = try tlsConfiguration(service).map { configuration in try usableTLS { try NIOSSLContext(configuration: configuration) } }
         let server = ServiceHTTPServer(
             endpoints: ServiceEndpoints(service, metrics: metrics, counters: RequestCounters(factory: MetricsSystem.factory)),
-            host: host, port: configuration.listen.port, tls: tls, idleTimeout: .seconds(idleTimeout(service)), logger: logger,
+            host: host, port: configuration.listen.port, tls: tls, idleTimeout: .seconds(idleTimeout(service)),
+            maxConnections: configuration.maxConnections, logger: logger,
             beforeStart: { try await service.prepare() },
             onRunning: { port in
                 service.listening(at: "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)")

@@ -73,6 +73,19 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var requestTimeoutSeconds: Double? = 10
         /// Cap on the webhook's `expirationSeconds` and on certificate validity. Default 24 h.
         public var maxExpirationSeconds: Int? = 86_400
+        /// Most connections `tokentool serve` keeps open at once: past it, it stops accepting until
+        /// one closes (new ones wait in the kernel's accept queue). Default: the process's limit on
+        /// open files less 128, kept for the ledger, key fetches and logs (at least 16).
+        public var maxConnections: Int?
+
+        public init(
+            maxBodyBytes: Int? = 64 * 1024, requestTimeoutSeconds: Double? = 10, maxExpirationSeconds: Int? = 86_400, maxConnections: Int? = nil
+        ) {
+            self.maxBodyBytes = maxBodyBytes
+            self.requestTimeoutSeconds = requestTimeoutSeconds
+            self.maxExpirationSeconds = maxExpirationSeconds
+            self.maxConnections = maxConnections
+        }
     }
 
     /// Read and write permissions in Ditto's shape.
@@ -286,6 +299,9 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         if let timeout = limits?.requestTimeoutSeconds, !(timeout > 0 && timeout <= 300) {
             throw ConfigurationError(key: "limits.requestTimeoutSeconds", "must be more than 0 and at most 300")
         }
+        if let connections = limits?.maxConnections, !(1...1_000_000).contains(connections) {
+            throw ConfigurationError(key: "limits.maxConnections", "must be 1 to 1000000")
+        }
         if let maxExpiration = limits?.maxExpirationSeconds, !(60...(30 * 86_400)).contains(maxExpiration) {
             throw ConfigurationError(key: "limits.maxExpirationSeconds", "must be 60 to 2592000")
         }
@@ -365,6 +381,15 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     var maxSessionAge: Double { sessions?.maxSessionAgeSeconds ?? 7 * 86_400 }
     var issuerKeyDirectory: String { issuer?.keyDirectory ?? (stateDirectory as NSString).appendingPathComponent("issuer") }
     var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
+    var maxConnections: Int { limits?.maxConnections ?? Self.defaultMaxConnections }
+
+    /// The open-file limit (`RLIMIT_NOFILE`, soft) less 128, at least 16; 10,000 when it cannot be read.
+    static var defaultMaxConnections: Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 10_000 }
+        // RLIM_INFINITY is the largest value: clamped, then capped at a million.
+        return max(16, min(Int(clamping: limit.rlim_cur) - 128, 1_000_000))
+    }
     var maxExpirationSeconds: Int { limits?.maxExpirationSeconds ?? 86_400 }
     var stateDirectory: String { state ?? "tokentool-state" }
     var caDirectory: String { ca?.directory ?? (stateDirectory as NSString).appendingPathComponent("ca") }

@@ -47,6 +47,7 @@ final class ServiceHTTPServer: Service {
     private let tls: NIOSSLContext?
     private let idleTimeout: TimeAmount
     private let workOnLoops: Bool
+    private let maxConnections: Int
     private let logger: Logger
     private let beforeStart: @Sendable () async throws -> Void
     private let onRunning: @Sendable (Int) async -> Void
@@ -56,10 +57,11 @@ final class ServiceHTTPServer: Service {
     ///   yes, unless `TOKENTOOL_WORK_ON_LOOPS=0`.
     init(
         endpoints: ServiceEndpoints, host: String, port: Int, tls: NIOSSLContext?, idleTimeout: TimeAmount,
-        workOnLoops: Bool = LoopTaskExecutor.workOnLoops, logger: Logger,
+        workOnLoops: Bool = LoopTaskExecutor.workOnLoops, maxConnections: Int = .max, logger: Logger,
         beforeStart: @escaping @Sendable () async throws -> Void, onRunning: @escaping @Sendable (Int) async -> Void
     ) {
         self.workOnLoops = workOnLoops
+        self.maxConnections = maxConnections
         self.logger = logger
         self.endpoints = endpoints
         self.host = host
@@ -80,7 +82,7 @@ final class ServiceHTTPServer: Service {
         let group = MultiThreadedEventLoopGroup.singleton
         let quiesce = ServerQuiescingHelper(group: group)
         let work = InFlightWork()
-        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout, logger = self.logger, workOnLoops = self.workOnLoops
+        let endpoints = self.endpoints, tls = self.tls, idleTimeout = self.idleTimeout, logger = self.logger, workOnLoops = self.workOnLoops, maxConnections = self.maxConnections
         var limits = NIOHTTPDecoderLimitConfiguration()
         limits.maxHeaderFieldCount = 1000  // Hummingbird's limit; NIO's own allows 65,534
         let decoderLimits = limits
@@ -90,6 +92,7 @@ final class ServiceHTTPServer: Service {
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(AcceptPause(logger: logger))
+                    try channel.pipeline.syncOperations.addHandler(ConnectionCap(limit: maxConnections, logger: logger))
                     try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
                 }
             }
@@ -126,6 +129,49 @@ final class ServiceHTTPServer: Service {
 /// retried ≈ 8,000 times a second, silently; NIO's `AcceptBackoffHandler` holds back the reads
 /// it is asked for, but after a failed accept the socket stays registered for reading, and only
 /// turning `autoRead` off unregisters it.
+/// Stops accepting while `limit` connections are open (`limits.maxConnections`), and accepts again
+/// when one closes: new connections wait in the kernel's accept queue (then their SYNs go
+/// unanswered and the client retries) rather than taking the file descriptors the ledger, key
+/// fetches and logs need. Says so once each time it stops. One accept batch (NIO reads up to a
+/// few connections at a time) may go past the limit by those few.
+final class ConnectionCap: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = Channel
+    typealias InboundOut = Channel
+
+    private let limit: Int
+    private let logger: Logger
+    private var open = 0
+    private var paused = false
+
+    init(limit: Int, logger: Logger) {
+        self.limit = max(1, limit)
+        self.logger = logger
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let connection = unwrapInboundIn(data)
+        open += 1
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop), server = context.channel, loop = context.eventLoop
+        connection.closeFuture.whenComplete { _ in
+            loop.execute { handler.value.closed(server) }
+        }
+        if open >= limit, !paused {
+            paused = true
+            logger.warning("connection limit reached; accepting again when one closes", metadata: ["open": "\(open)", "limit": "\(limit)"])
+            _ = try? server.syncOptions?.setOption(.autoRead, value: false)
+        }
+        context.fireChannelRead(data)
+    }
+
+    private func closed(_ server: any Channel) {
+        open -= 1
+        if paused, open < limit {
+            paused = false
+            _ = try? server.syncOptions?.setOption(.autoRead, value: true)
+        }
+    }
+}
+
 final class AcceptPause: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = Channel
     typealias InboundOut = Channel

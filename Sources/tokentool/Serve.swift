@@ -53,6 +53,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port (overrides the configuration; 0 picks a free one).")
     var port: Int?
 
+    @Option(help: "Most connections open at once; past it, accepting stops until one closes (overrides the configuration's limits.maxConnections; default: the open-file limit less 128).")
+    var maxConnections: Int?
+
     @Option(help: "PEM certificate chain: serve HTTPS (with --tls-key; overrides the configuration's tls). Devices may then renew over mutual TLS.")
     var tlsCertificate: String?
 
@@ -81,6 +84,11 @@ struct Serve: AsyncParsableCommand {
             }
         }
         if let port { configuration.listen.port = port }
+        if let maxConnections {
+            var limits = configuration.limits ?? ServerConfiguration.Limits()
+            limits.maxConnections = maxConnections
+            configuration.limits = limits
+        }
         if let tlsCertificate, let tlsKey { configuration.tls = ServerConfiguration.TLS(certificate: tlsCertificate, key: tlsKey) }
         if selfCheck { configuration.listen.port = 0 }
         // A configuration error names where the configuration came from.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -58,7 +59,18 @@ public final class LoopbackSocket: @unchecked Sendable {
         }
     }
 
-    deinit { close(fd) }
+    private let closed = Mutex(false)
+
+    deinit { closeNow() }
+
+    /// Closes the connection now (once; the deinit closes it otherwise).
+    public func closeNow() {
+        closed.withLock { closed in
+            guard !closed else { return }
+            closed = true
+            close(fd)
+        }
+    }
 
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0

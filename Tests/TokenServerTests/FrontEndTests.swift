@@ -277,6 +277,42 @@ struct FrontEndTests {
         }
     }
 
+    /// With `maxConnections` open, the server stops accepting: a third connection to a server
+    /// capped at two waits, unanswered, while the first two stay open, and is served once one of
+    /// them closes.
+    @Test func pastTheConnectionCapNewConnectionsWait() async throws {
+        try await LiveServer.with(serving: { service, logger, onRunning in
+            let server = ServiceHTTPServer(
+                endpoints: ServiceEndpoints(service, metrics: nil, counters: RequestCounters(factory: TestMetrics())),
+                host: "127.0.0.1", port: 0, tls: nil, idleTimeout: .seconds(60), maxConnections: 2, logger: logger,
+                beforeStart: { try await service.prepare() }, onRunning: onRunning)
+            return ServiceGroup(configuration: .init(services: [server], logger: logger))
+        }) { server in
+            let port = server.port
+            let keepAlive = Array("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8)
+            let closing = Array("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".utf8)
+            let (first, second) = try await offThePool { () throws -> (LoopbackSocket, LoopbackSocket) in
+                let first = try LoopbackSocket(port: port), second = try LoopbackSocket(port: port)
+                try first.send(keepAlive)
+                try second.send(keepAlive)
+                return (first, second)
+            }
+            // Both accepted and served (an accept batch may go past the cap: the third connects after).
+            let answers = try await offThePool { [first.receiveAll(seconds: 2), second.receiveAll(seconds: 2)] }
+            #expect(answers.allSatisfy { Self.responses($0).first?.status == 200 }, "the first two connections are served")
+            let third = try await offThePool { try LoopbackSocket(port: port) }
+            let waiting = try await offThePool { () throws -> [UInt8] in
+                try third.send(closing)
+                return third.receiveAll(seconds: 2)
+            }
+            #expect(waiting.isEmpty, "a connection past the cap is not served while two are open: \(String(decoding: waiting, as: UTF8.self))")
+            first.closeNow()
+            let served = try await offThePool { third.receiveAll(seconds: 60) }
+            #expect(Self.responses(served).first?.status == 200, "served once a connection closed: \(String(decoding: served, as: UTF8.self))")
+            _ = second
+        }
+    }
+
     /// Thousands of pipelined requests the handler answers by itself (404s), after one answered
     /// by a task: each is answered, in order, without the stack growing with the run.
     @Test func aLongPipelineOfQuickAnswers() async throws {

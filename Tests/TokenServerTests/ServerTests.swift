@@ -317,6 +317,8 @@ struct ServerTests {
         #expect(error(#"{"listen": {"port": "80"}, "providers": {"a": {"type": "pda"}}}"#) == "listen.port")
         #expect(error(#"{"store": "mysql://x", "providers": {"a": {"type": "pda"}}}"#) == "store")
         #expect(error(#"{"limits": {"maxBodyBytes": 10}, "providers": {"a": {"type": "pda"}}}"#) == "limits.maxBodyBytes")
+        #expect(error(#"{"limits": {"maxConnections": 0}, "providers": {"a": {"type": "pda"}}}"#) == "limits.maxConnections")
+        #expect(ServerConfiguration.defaultMaxConnections >= 16)
         // Permissions must be stated (the identity-and-sessions issue): none given names the key.
         #expect(error(#"{"providers": {"a": {"type": "pda"}}}"#) == "providers.a.permissions")
         #expect(error(#"{"providers": {"a": {"type": "pda", "permissionsClaim": "ditto"}}}"#) == "")
