@@ -91,8 +91,7 @@ final class ServiceHTTPServer: Service {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(AcceptPause(logger: logger))
-                    try channel.pipeline.syncOperations.addHandler(ConnectionCap(limit: maxConnections, logger: logger))
+                    try channel.pipeline.syncOperations.addHandler(AcceptControl(limit: maxConnections, logger: logger))
                     try channel.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: channel))
                 }
             }
@@ -124,75 +123,67 @@ final class ServiceHTTPServer: Service {
     }
 }
 
-/// Pauses accepting for a second when accepting fails (out of file descriptors, say), and says
-/// so once a pause. The failure leaves the listening socket readable, so without a pause the loop
-/// retried ≈ 8,000 times a second, silently; NIO's `AcceptBackoffHandler` holds back the reads
-/// it is asked for, but after a failed accept the socket stays registered for reading, and only
-/// turning `autoRead` off unregisters it.
-/// Stops accepting while `limit` connections are open (`limits.maxConnections`), and accepts again
-/// when one closes: new connections wait in the kernel's accept queue (then their SYNs go
-/// unanswered and the client retries) rather than taking the file descriptors the ledger, key
-/// fetches and logs need. Says so once each time it stops. One accept batch (NIO reads up to a
-/// few connections at a time) may go past the limit by those few.
-final class ConnectionCap: ChannelInboundHandler, RemovableChannelHandler {
+/// Decides when the listening socket is read (accepts), in one place: not while `limit`
+/// connections are open (`limits.maxConnections`), and not for a second after accepting failed
+/// (out of file descriptors, say). Each stop is said once.
+///
+/// The cap: new connections wait in the kernel's accept queue (then their SYNs go unanswered and
+/// the client retries) rather than taking the file descriptors the ledger, key fetches and logs
+/// need; accepting resumes when one closes. One accept batch (NIO reads up to a few connections at
+/// a time) may go past the limit by those few.
+///
+/// The pause: a failed accept leaves the listening socket readable, so without it the loop retried
+/// ≈ 8,000 times a second, silently; NIO's `AcceptBackoffHandler` holds back the reads it is asked
+/// for, but after a failed accept the socket stays registered for reading, and only turning
+/// `autoRead` off unregisters it.
+final class AcceptControl: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = Channel
     typealias InboundOut = Channel
 
+    static let pause = TimeAmount.seconds(1)
     private let limit: Int
     private let logger: Logger
     private var open = 0
-    private var paused = false
+    /// The end of an accept-error pause (nil: not pausing).
+    private var resume: Scheduled<Void>?
 
     init(limit: Int, logger: Logger) {
         self.limit = max(1, limit)
         self.logger = logger
     }
 
+    /// Accepts go on unless at the cap or pausing after an error.
+    private func updateReading(_ server: any Channel) {
+        _ = try? server.syncOptions?.setOption(.autoRead, value: open < limit && resume == nil)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let connection = unwrapInboundIn(data)
-        open += 1
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop), server = context.channel, loop = context.eventLoop
-        connection.closeFuture.whenComplete { _ in
-            loop.execute { handler.value.closed(server) }
+        unwrapInboundIn(data).closeFuture.whenComplete { _ in
+            loop.execute {
+                handler.value.open -= 1
+                if handler.value.open == handler.value.limit - 1 { handler.value.updateReading(server) }
+            }
         }
-        if open >= limit, !paused {
-            paused = true
+        open += 1
+        if open == limit {
             logger.warning("connection limit reached; accepting again when one closes", metadata: ["open": "\(open)", "limit": "\(limit)"])
-            _ = try? server.syncOptions?.setOption(.autoRead, value: false)
+            updateReading(server)
         }
         context.fireChannelRead(data)
     }
-
-    private func closed(_ server: any Channel) {
-        open -= 1
-        if paused, open < limit {
-            paused = false
-            _ = try? server.syncOptions?.setOption(.autoRead, value: true)
-        }
-    }
-}
-
-final class AcceptPause: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = Channel
-    typealias InboundOut = Channel
-
-    static let pause = TimeAmount.seconds(1)
-    private let logger: Logger
-    private var resume: Scheduled<Void>?
-
-    init(logger: Logger) { self.logger = logger }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard error is IOError, context.channel.isActive else { return context.fireErrorCaught(error) }
         guard resume == nil else { return }  // paused already
         logger.warning("cannot accept connections; pausing accepts for 1 s", metadata: ["error": "\(error)"])
-        let channel = context.channel
-        _ = try? channel.syncOptions?.setOption(.autoRead, value: false)
+        let server = context.channel
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         resume = context.eventLoop.scheduleTask(in: Self.pause) {
             handler.value.resume = nil
-            _ = try? channel.syncOptions?.setOption(.autoRead, value: true)
+            handler.value.updateReading(server)
         }
+        updateReading(server)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
