@@ -104,7 +104,9 @@ final class ServiceHTTPServer: Service {
                     try pipeline.configureHTTPServerPipeline(
                         withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
                         withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
-                    try pipeline.addHandler(ServiceRequestHandler(endpoints: endpoints, work: work, idleTimeout: idleTimeout, workOnLoops: workOnLoops, logger: logger))
+                    try pipeline.addHandler(ServiceRequestHandler(
+                            endpoints: endpoints, work: work, idleTimeout: idleTimeout,
+                            executor: workOnLoops ? LoopTaskExecutor(channel.eventLoop) : nil, logger: logger))
                 }
             }
         let listener = try await bootstrap.bind(host: host, port: port).get()
@@ -278,22 +280,19 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// 413 and stay usable; a longer one is answered 413 at once and the connection closed.
     private var drainLimit: Int { max(endpoints.maxBody * 4, 1 << 20) }
 
-    /// Whether requests' work runs on the connection's event loop (`executor`).
-    private let workOnLoops: Bool
     /// The connection's event loop as the executor of its requests' tasks (nil: the global pool).
-    private var executor: LoopTaskExecutor?
+    private let executor: LoopTaskExecutor?
 
-    init(endpoints: ServiceEndpoints, work: InFlightWork, idleTimeout: TimeAmount, workOnLoops: Bool, logger: Logger) {
+    init(endpoints: ServiceEndpoints, work: InFlightWork, idleTimeout: TimeAmount, executor: LoopTaskExecutor?, logger: Logger) {
         self.endpoints = endpoints
         self.work = work
         self.idleTimeout = idleTimeout
-        self.workOnLoops = workOnLoops
+        self.executor = executor
         self.logger = logger
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        executor = workOnLoops ? LoopTaskExecutor(context.eventLoop) : nil
         if context.channel.isActive { armIdleTimer(context, in: idleTimeout) }
     }
 
