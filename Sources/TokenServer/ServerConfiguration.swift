@@ -66,21 +66,21 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
 
     public struct Limits: Sendable, Codable, Hashable {
         /// Largest accepted request body. Default 64 KiB.
-        public var maxBodyBytes: Int? = 64 * 1024
+        public var maxBodyBytes: Int?
         /// Time allowed for one request (every POST, and `GET /v1/crl`): past it the answer is 503
         /// `timeout` (for OCSP, a `tryLater` OCSP response), and a certificate request still waiting
         /// for the ledger's next transaction is withdrawn (nothing recorded, its token unused). Default 10 s.
-        public var requestTimeoutSeconds: Double? = 10
+        public var requestTimeoutSeconds: Double?
         /// Cap on the webhook's `expirationSeconds` and on certificate validity. Default 24 h.
-        public var maxExpirationSeconds: Int? = 86_400
+        public var maxExpirationSeconds: Int?
         /// Most connections `tokentool serve` keeps open at once: past it, it stops accepting until
         /// one closes (new ones wait in the kernel's accept queue). Default: the process's limit on
         /// open files less 128, kept for the ledger, key fetches and logs (at least 16).
         public var maxConnections: Int?
 
-        public init(
-            maxBodyBytes: Int? = 64 * 1024, requestTimeoutSeconds: Double? = 10, maxExpirationSeconds: Int? = 86_400, maxConnections: Int? = nil
-        ) {
+        /// Nil for a limit: its default (the configuration's `maxBodyBytes`, `requestTimeout`,
+        /// `maxExpirationSeconds`, `maxConnections` state them once).
+        public init(maxBodyBytes: Int? = nil, requestTimeoutSeconds: Double? = nil, maxExpirationSeconds: Int? = nil, maxConnections: Int? = nil) {
             self.maxBodyBytes = maxBodyBytes
             self.requestTimeoutSeconds = requestTimeoutSeconds
             self.maxExpirationSeconds = maxExpirationSeconds
