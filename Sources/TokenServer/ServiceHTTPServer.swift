@@ -32,8 +32,10 @@ import Synchronization
 /// requests on two cores that machinery cost ≈ 25 µs of CPU a request, an eighth of the request
 /// (alternated pairs on one binary; see README, "Issuance", and `docs/issuance-log.md`).
 ///
-/// What it keeps from the framework: keep-alive and pipelined requests answered in order
-/// (`HTTPServerPipelineHandler`), nothing read after `Connection: close`, 400 and a close on a
+/// What it keeps from the framework: NIO's request decoder (llhttp), keep-alive and pipelined
+/// requests answered in order (the handler holds the next request, and stops reading, until the
+/// answer before it is written: what `HTTPServerPipelineHandler` did, without unregistering the
+/// socket's reads for every request), nothing read after `Connection: close`, 400 and a close on a
 /// malformed request (our own: NIO's error handler would also answer bytes after a closing
 /// request), the decoder's header limits, a connection closed when it has been silent for
 /// `idleTimeout` outside an answer (also one stalled in the middle of a request), an answer for a
@@ -101,9 +103,10 @@ final class ServiceHTTPServer: Service {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     if let tls { try pipeline.addHandler(NIOSSLServerHandler(context: tls)) }
-                    try pipeline.configureHTTPServerPipeline(
-                        withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
-                        withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
+                    // NIO's request decoder (llhttp) alone: the handler orders pipelined requests
+                    // and writes each answer as one buffer itself (ServiceRequestHandler).
+                    try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(
+                        leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop, limitConfiguration: decoderLimits)))
                     try pipeline.addHandler(ServiceRequestHandler(
                             endpoints: endpoints, work: work, idleTimeout: idleTimeout,
                             executor: workOnLoops ? LoopTaskExecutor(channel.eventLoop) : nil, logger: logger))
@@ -228,11 +231,23 @@ final class InFlightWork: Sendable {
 }
 
 /// One connection's requests: each read whole (its body up to the endpoints' limit), answered by
-/// its endpoint in a task, the answer written on the connection's event loop. While a request is
-/// answered, `HTTPServerPipelineHandler` holds the next one back, so answers go out in order.
-final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandler {
+/// its endpoint in a task, the answer written on the connection's event loop as one buffer
+/// (``HTTPAnswer``). A request that arrives while one is answered (pipelined) is held, with
+/// whatever follows it, and the connection is not read further until the answer is written; then
+/// the held requests are taken in order, so answers go out in the order the requests came.
+final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// What arrived while a request was being answered, kept for after its answer, in order.
+    private enum Held {
+        case part(HTTPServerRequestPart)
+        /// The client half-closed after the requests held before it.
+        case inputClosed
+        /// The decoder found bytes that are not HTTP/1.1 after the requests held before it.
+        case malformed(any Error)
+    }
 
     private let endpoints: ServiceEndpoints
     private let work: InFlightWork
@@ -275,6 +290,15 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// Nothing more is read on this connection (`Connection: close`, the client half-closed, an
     /// error): it closes once the answer being made, if any, is written.
     private var closing = false
+    /// Pipelined requests (and events) that came while a request was answered: replayed one
+    /// request at a time once its answer is written. While any are held, nothing more is read
+    /// (`readHeld`), so a client that pipelines cannot make the server buffer more than one read.
+    private var held = CircularBuffer<Held>()
+    /// A `read` the pipeline asked for while requests were held, passed on once they are answered.
+    private var readHeld = false
+    /// The server is shutting down gracefully: the request being read or answered is the
+    /// connection's last (its answer says `Connection: close`).
+    private var quiescing = false
 
     /// How much of a body over the limit is read (and dropped) so that the connection can answer
     /// 413 and stay usable; a longer one is answered 413 at once and the connection closed.
@@ -355,7 +379,39 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         partsRead = true
         guard !closing else { return }
-        switch unwrapInboundIn(data) {
+        let part = unwrapInboundIn(data)
+        // The next request of a pipeline, while one is answered: held until its answer is written.
+        if answering || !held.isEmpty { return held.append(.part(part)) }
+        read(part, context: context)
+    }
+
+    /// Holds the pipeline's reads while requests are held (one read's worth at most is buffered).
+    func read(context: ChannelHandlerContext) {
+        if held.isEmpty {
+            context.read()
+        } else {
+            readHeld = true
+        }
+    }
+
+    /// Replays held requests, after an answer is written, until one of them is being answered.
+    private func replayHeld(_ context: ChannelHandlerContext) {
+        while !answering, !closing, let next = held.popFirst() {
+            switch next {
+            case .part(let part): read(part, context: context)
+            case .inputClosed: closeWhenAnswered(context)
+            case .malformed(let error): refuseMalformed(error, context: context)
+            }
+        }
+        if closing { held.removeAll() }
+        if held.isEmpty, readHeld {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    private func read(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        switch part {
         case .head(let head):
             self.head = head
             readingSince = .now()
@@ -387,7 +443,7 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
                     closing = true
                     return answerLater(.error(417, "expectation_failed", "only Expect: 100-continue is understood"), version: head.version, keepAlive: false)
                 }
-                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))), promise: nil)
+                context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(staticString: "HTTP/1.1 100 Continue\r\n\r\n")), promise: nil)
             }
         case .body(var part):
             guard let head, endpoint?.readsBody == true else { return }
@@ -481,40 +537,26 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
         context.eventLoop.execute { handler.value.write(response, name: name, version: version, keepAlive: keepAlive) }
     }
 
+    /// Writes the answer — status line, headers and body in one buffer, one `writev` — and then
+    /// goes on with the requests held meanwhile, or closes.
     private func write(_ response: ServiceResponse, name: String, version: HTTPVersion, keepAlive: Bool) {
         answering = false
         lastActivity = .now()
         endpoints.counters.counter(endpoint: name, status: response.status).increment()
         guard let context else { return }
-        // Set before the write: the pipelining handler passes a waiting request on from inside it.
-        let close = !keepAlive || closing
+        let close = !keepAlive || closing || quiescing
         closing = close
-        var headers = HTTPHeaders()
-        headers.reserveCapacity(6)
-        headers.add(name: "Content-Type", value: response.contentType)
-        headers.add(name: "Content-Length", value: String(response.body.count))
-        headers.add(name: "Cache-Control", value: "no-store")
-        headers.add(name: "Date", value: HTTPDate.now())
-        headers.add(name: "Server", value: "tokentool")
-        if let allow {
-            headers.add(name: "Allow", value: allow)
-            self.allow = nil
-        }
+        let bytes = HTTPAnswer.encode(
+            response, version: version, date: HTTPDate.now(), allow: allow, close: close, withBody: !headOnly,
+            allocator: context.channel.allocator)
+        allow = nil
         if close {
-            headers.add(name: "Connection", value: "close")
-        } else if version == .http1_0 {
-            headers.add(name: "Connection", value: "keep-alive")
-        }
-        let status = HTTPResponseStatus(statusCode: response.status)
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: status, headers: headers))), promise: nil)
-        if !response.body.isEmpty, !headOnly {
-            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
-        }
-        if close {
+            held.removeAll()
             let channel = context.channel
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(bytes)).whenComplete { _ in channel.close(promise: nil) }
         } else {
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            replayHeld(context)
         }
     }
 
@@ -522,7 +564,15 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// one.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event as? ChannelEvent == .inputClosed {
-            closeWhenAnswered(context)
+            if held.isEmpty { closeWhenAnswered(context) } else { held.append(.inputClosed) }
+            return
+        }
+        // Graceful shutdown (`ServerQuiescingHelper`): an idle connection closes now; one with a
+        // request being read or answered closes after that answer (held requests are dropped).
+        if event is ChannelShouldQuiesceEvent {
+            quiescing = true
+            held.removeAll()
+            if !answering, head == nil { context.close(promise: nil) }
             return
         }
         context.fireUserInboundEventTriggered(event)
@@ -535,6 +585,14 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
     /// is not used: it would answer those bytes too.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("HTTP connection error", metadata: ["error": "\(error)"])
+        // After the requests held before it: those are answered first.
+        if error is HTTPParserError, !closing, answering || !held.isEmpty { return held.append(.malformed(error)) }
+        refuseMalformed(error, context: context)
+    }
+
+    /// A malformed request (`HTTPParserError`) is answered 400 and the connection closed; any other
+    /// error closes it, after the answer being made.
+    private func refuseMalformed(_ error: any Error, context: ChannelHandlerContext) {
         if error is HTTPParserError, !closing, !answering {
             head = nil
             closing = true
@@ -571,6 +629,36 @@ final class ServiceRequestHandler: ChannelInboundHandler, RemovableChannelHandle
             path = "/" + path.split(separator: "/").joined(separator: "/")
         }
         return String(path)
+    }
+}
+
+/// An answer's bytes as HTTP/1.1 puts them on the wire: status line, headers, body, in one buffer.
+///
+/// NIO's `HTTPResponseEncoder` wrote the head and the body as two buffers, after the head had been
+/// built as `HTTPHeaders` and passed through the pipelining handler and the header validator;
+/// here the headers are the server's own (none comes from a request, so none can carry a line
+/// break), and writing them straight into the answer's buffer saves those steps.
+enum HTTPAnswer {
+    static func encode(
+        _ response: ServiceResponse, version: HTTPVersion, date: String, allow: String?, close: Bool, withBody: Bool,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
+        let status = HTTPResponseStatus(statusCode: response.status)
+        var buffer = allocator.buffer(capacity: 192 + response.contentType.utf8.count + (withBody ? response.body.count : 0))
+        buffer.writeString("HTTP/\(version.major).\(version.minor) \(response.status) \(status.reasonPhrase)\r\nContent-Type: ")
+        buffer.writeString(response.contentType)
+        buffer.writeString("\r\nContent-Length: \(response.body.count)\r\nCache-Control: no-store\r\nDate: ")
+        buffer.writeString(date)
+        buffer.writeStaticString("\r\nServer: tokentool\r\n")
+        if let allow { buffer.writeString("Allow: \(allow)\r\n") }
+        if close {
+            buffer.writeStaticString("Connection: close\r\n")
+        } else if version == .http1_0 {
+            buffer.writeStaticString("Connection: keep-alive\r\n")
+        }
+        buffer.writeStaticString("\r\n")
+        if withBody { buffer.writeBytes(response.body) }
+        return buffer
     }
 }
 

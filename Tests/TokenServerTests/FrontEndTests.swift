@@ -142,6 +142,32 @@ struct FrontEndTests {
         }
     }
 
+    /// Requests pipelined and then a half-close: every one is answered, in order, before the
+    /// connection ends (the half-close waits behind the requests held while the first is answered).
+    @Test func pipelinedRequestsAndAHalfCloseAreAllAnswered() async throws {
+        try await Self.withServer { port in
+            let requests = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/nowhere HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            let bytes = try await LoopbackSocket.exchange(port: port, sending: Array(requests.utf8), halfClose: true, seconds: 30)
+            #expect(Self.responses(bytes).map(\.status) == [200, 404, 200], "\(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+
+    /// A graceful shutdown closes a kept-alive connection between requests at once, not after the
+    /// idle timeout (60 s here), and one whose answer is being made right after that answer.
+    @Test(.timeLimit(.minutes(1))) func shutdownClosesKeptAliveConnections() async throws {
+        let start = ContinuousClock.now
+        let socket = try await Self.withServer(idle: 60) { port in
+            let socket = try LoopbackSocket(port: port)
+            try socket.send(Array("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".utf8))
+            try await Task.sleep(for: .milliseconds(200))
+            return socket
+        }
+        let took = ContinuousClock.now - start
+        let bytes = try await offThePool { socket.receiveAll(seconds: 5) }
+        #expect(Self.responses(bytes).map(\.status) == [200], "\(String(decoding: bytes, as: UTF8.self))")
+        #expect(took < .seconds(20), "the shutdown waited \(took) for a kept-alive connection")
+    }
+
     /// A request whose body stops coming is closed after the idle timeout (1 s here), and a
     /// graceful shutdown does not wait for it longer than that.
     @Test(.timeLimit(.minutes(1))) func aStalledRequestIsClosed() async throws {
