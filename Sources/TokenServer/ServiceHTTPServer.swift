@@ -537,12 +537,24 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
         context.eventLoop.execute { handler.value.write(response, name: name, version: version, keepAlive: keepAlive) }
     }
 
+    /// The counter of the connection's last answer: a keep-alive connection mostly asks one
+    /// endpoint, and its answers mostly have one status (no lookup under the shared lock then).
+    private var lastCounter: (name: String, status: Int, counter: Counter)?
+
+    /// Counts an answer of `name`'s endpoint with `status` in `tokenserver_requests_total`.
+    private func count(_ name: String, _ status: Int) {
+        if let last = lastCounter, last.status == status, last.name == name { return last.counter.increment() }
+        let counter = endpoints.counters.counter(endpoint: name, status: status)
+        lastCounter = (name, status, counter)
+        counter.increment()
+    }
+
     /// Writes the answer — status line, headers and body in one buffer, one `writev` — and then
     /// goes on with the requests held meanwhile, or closes.
     private func write(_ response: ServiceResponse, name: String, version: HTTPVersion, keepAlive: Bool) {
         answering = false
         lastActivity = .now()
-        endpoints.counters.counter(endpoint: name, status: response.status).increment()
+        count(name, response.status)
         guard let context else { return }
         let close = !keepAlive || closing || quiescing
         closing = close
@@ -620,12 +632,18 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
     /// `/healthz/`), as Hummingbird's router matched them.
     static func routePath(_ target: String) -> String {
         var path = Substring(target)
-        if let query = path.firstIndex(of: "?") { path = path[..<query] }
-        if !path.hasPrefix("/"), let scheme = path.range(of: "://") {
+        if let query = path.utf8.firstIndex(of: UInt8(ascii: "?")) { path = path[..<query] }
+        if path.utf8.first != UInt8(ascii: "/"), let scheme = path.range(of: "://") {
             let rest = path[scheme.upperBound...]
             path = rest.firstIndex(of: "/").map { rest[$0...] } ?? "/"
         }
-        if path.contains("//") || (path.count > 1 && path.hasSuffix("/")) {
+        // Byte by byte (Foundation's `contains` on a string cost ≈ 1.5 µs a request).
+        var previous: UInt8 = 0, doubled = false
+        for byte in path.utf8 {
+            if byte == UInt8(ascii: "/"), previous == byte { doubled = true; break }
+            previous = byte
+        }
+        if doubled || (path.utf8.count > 1 && path.utf8.last == UInt8(ascii: "/")) {
             path = "/" + path.split(separator: "/").joined(separator: "/")
         }
         return String(path)
