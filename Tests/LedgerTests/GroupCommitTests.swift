@@ -29,6 +29,24 @@ private final class QueueExecutor: TaskExecutor, @unchecked Sendable {
     }
 }
 
+/// A task executor whose jobs run only when the test says, in the order they were queued: what
+/// a queue of jobs on an event loop looks like, without the loop's timing.
+private final class ManualExecutor: TaskExecutor, @unchecked Sendable {
+    private let jobs = Mutex<[UnownedJob]>([])
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        jobs.withLock { $0.append(job) }
+    }
+    /// Runs the first queued job on this thread; false when none was queued.
+    @discardableResult func runOne() -> Bool {
+        guard let job = jobs.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { return false }
+        job.runSynchronously(on: asUnownedTaskExecutor())
+        return true
+    }
+    /// Runs queued jobs, and those they queue, until none is left.
+    func runUntilIdle() { while runOne() {} }
+}
+
 /// Polls `condition` every millisecond for up to 120 s (a condition that never holds fails the test;
 /// each test releases what its writers wait on when this throws, so it does not hang either).
 ///
@@ -103,6 +121,29 @@ struct GroupCommitTests {
         }.value
         try await commits.submit(2)
         #expect(onQueue.withLock { $0 } == [true, false])
+    }
+
+    /// On a request's executor the batch writer yields once before taking a batch: requests
+    /// queued on that executor behind the writer's first turn (on an event loop, requests it has
+    /// read and computes meanwhile) join the batch instead of waiting for the next.
+    @Test func onARequestsExecutorTheBatchWriterLetsQueuedRequestsJoinItsBatch() async throws {
+        let executor = ManualExecutor()
+        let batches = Mutex<[[Int]]>([])
+        let commits = GroupCommit<Int> { batch in
+            batches.withLock { $0.append(batch) }
+            return batch.map { _ in .success(()) }
+        }
+        func submit(_ value: Int) -> Task<Void, any Error> {
+            Task(executorPreference: executor) {
+                try await RequestExecutor.$current.withValue(executor) { try await commits.submit(value) }
+            }
+        }
+        let first = submit(0)
+        executor.runOne()  // the first request: queues the batch writer behind it
+        let more = [submit(1), submit(2)]  // queued behind the writer's first turn
+        executor.runUntilIdle()
+        for task in [first] + more { try await task.value }
+        #expect(batches.withLock { $0 } == [[0, 1, 2]])
     }
 
     @Test func batchesAreCappedAndAShortResultFailsTheRestRatherThanHang() async throws {
