@@ -377,25 +377,44 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        partsRead = true
+        // What a closing connection is sent is dropped, and is not activity: a client cannot
+        // keep it open past the idle timeout by sending.
         guard !closing else { return }
+        partsRead = true
         let part = unwrapInboundIn(data)
         // The next request of a pipeline, while one is answered: held until its answer is written.
         if answering || !held.isEmpty { return held.append(.part(part)) }
         read(part, context: context)
     }
 
-    /// Holds the pipeline's reads while requests are held (one read's worth at most is buffered).
+    /// Holds the pipeline's reads while requests are held (one read's worth at most is
+    /// buffered), while the connection is closing, and while the socket takes no more writes (a
+    /// client that sends requests and does not read the answers would make them pile up).
     func read(context: ChannelHandlerContext) {
-        if held.isEmpty {
+        if held.isEmpty, !closing, context.channel.isWritable {
             context.read()
         } else {
             readHeld = true
         }
     }
 
+    /// Reads again once the answers written so far have drained, if a read was held for them.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        resumeReading(context)
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Passes on a held read, unless something still holds it.
+    private func resumeReading(_ context: ChannelHandlerContext) {
+        guard readHeld, held.isEmpty, !closing, context.channel.isWritable else { return }
+        readHeld = false
+        context.read()
+    }
+
     /// Replays held requests, after an answer is written, until one of them is being answered.
     private func replayHeld(_ context: ChannelHandlerContext) {
+        // A write that failed at once (a reset) has closed the channel: nothing held is started.
+        guard context.channel.isActive else { return held.removeAll() }
         while !answering, !closing, let next = held.popFirst() {
             switch next {
             case .part(let part): read(part, context: context)
@@ -404,10 +423,7 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
             }
         }
         if closing { held.removeAll() }
-        if held.isEmpty, readHeld {
-            readHeld = false
-            context.read()
-        }
+        resumeReading(context)
     }
 
     private func read(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
@@ -584,7 +600,10 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
         if event is ChannelShouldQuiesceEvent {
             quiescing = true
             held.removeAll()
-            if !answering, head == nil { context.close(promise: nil) }
+            if !answering, head == nil {
+                closing = true
+                Self.closeAfterWrites(context)
+            }
             return
         }
         context.fireUserInboundEventTriggered(event)
@@ -596,6 +615,9 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
     /// `Connection: close` request are not an error to report). NIO's own protocol-error handler
     /// is not used: it would answer those bytes too.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // The decoder's word for bytes after a parse error it has reported already: that error
+        // decides (a 400 once the requests held before it are answered).
+        if case ByteToMessageDecoderError.dataReceivedInErrorState = error { return }
         logger.debug("HTTP connection error", metadata: ["error": "\(error)"])
         // After the requests held before it: those are answered first.
         if error is HTTPParserError, !closing, answering || !held.isEmpty { return held.append(.malformed(error)) }
@@ -607,6 +629,7 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
     private func refuseMalformed(_ error: any Error, context: ChannelHandlerContext) {
         if error is HTTPParserError, !closing, !answering {
             head = nil
+            headOnly = false  // a HEAD before the bad bytes: the 400 has its body
             closing = true
             endpoint = nil
             path = ""
@@ -620,11 +643,15 @@ final class ServiceRequestHandler: ChannelDuplexHandler, RemovableChannelHandler
     /// write must not close the channel before the answer is flushed).
     private func closeWhenAnswered(_ context: ChannelHandlerContext) {
         if closing { return }
-        if answering {
-            closing = true
-        } else {
-            context.close(promise: nil)
-        }
+        closing = true
+        if !answering { Self.closeAfterWrites(context) }
+    }
+
+    /// Closes the channel once what was written before is sent: a close at once would cancel the
+    /// rest of an answer still waiting for the socket (a large answer to a slow reader).
+    static func closeAfterWrites(_ context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(NIOAny(channel.allocator.buffer(capacity: 0))).whenComplete { _ in channel.close(promise: nil) }
     }
 
     /// The path a request target names, as routes are matched: without its query, from an

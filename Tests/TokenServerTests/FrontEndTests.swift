@@ -119,6 +119,19 @@ struct FrontEndTests {
         }
     }
 
+    /// A HEAD, then bytes that are not HTTP: the HEAD's head alone, then a whole 400 (its body as
+    /// long as its Content-Length says, not left out as the HEAD's was), then the close.
+    @Test func aHeadThenBadBytesGetsAWhole400() async throws {
+        try await Self.withServer { port in
+            let sent = Array("HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\nNOT HTTP AT ALL\r\n\r\n".utf8)
+            let text = String(decoding: try await LoopbackSocket.exchange(port: port, sending: sent, seconds: 30), as: UTF8.self)
+            #expect(text.hasPrefix("HTTP/1.1 200 OK"), "\(text)")
+            let refusal = try #require(text.range(of: "HTTP/1.1 400"), "\(text)")
+            let answers = Self.responses(Array(text[refusal.lowerBound...].utf8))
+            #expect(answers.count == 1 && answers.first?.body.contains("invalid_request") == true, "\(text)")
+        }
+    }
+
     /// A connection that sends nothing is closed after the idle timeout (here 1 s), not held open.
     @Test func idleConnectionsAreClosed() async throws {
         try await Self.withServer(idle: 1) { port in
