@@ -119,14 +119,24 @@ struct TokenExchangeTests {
             // until its tokens have expired; then it is gone and its tokens are refused.
             let directory = server.state.appendingPathComponent("issuer").path
             try IssuerKeyRing.rotate(directory: directory, retiredKeyLifetime: 600)
-            try await Task.sleep(for: .milliseconds(400))  // reloadSeconds 0.1
-            let rotated = try #require(try await Self.exchange(server, ["subject_token": subject]).json["access_token"]?.stringValue)
+            // The server reloads every 0.1 s; waited for, not slept on: at the start of a full run
+            // on a fresh clone the reload once came later than a fixed 400 ms.
+            var rotated = ""
+            let reloadedBy = ContinuousClock.now + .seconds(60)
+            repeat {
+                try await Task.sleep(for: .milliseconds(100))
+                rotated = try #require(try await Self.exchange(server, ["subject_token": subject]).json["access_token"]?.stringValue)
+            } while try UnverifiedToken(rotated).header["kid"]?.stringValue == kid && ContinuousClock.now < reloadedBy
             #expect(try UnverifiedToken(rotated).header["kid"]?.stringValue != kid)
             #expect(try await Self.pyjwtVerify(server, token).status == 0, "the old key is still published")
             #expect(try await Self.tokentoolVerify(server, rotated).status == 0)
             try IssuerKeyRing.rotate(directory: directory, retiredKeyLifetime: 600, now: Date().addingTimeInterval(3600))
-            try await Task.sleep(for: .milliseconds(400))
-            let jwks = String(decoding: try await server.request(.GET, "/.well-known/jwks.json").body, as: UTF8.self)
+            var jwks = ""
+            let retiredBy = ContinuousClock.now + .seconds(60)
+            repeat {
+                try await Task.sleep(for: .milliseconds(100))
+                jwks = String(decoding: try await server.request(.GET, "/.well-known/jwks.json").body, as: UTF8.self)
+            } while jwks.contains(kid) && ContinuousClock.now < retiredBy
             #expect(!jwks.contains(kid), "the first key is retired past its time")
             let refusedOld = try await Self.tokentoolVerify(server, token)
             #expect(refusedOld.status == 1, "\(refusedOld.out)\(refusedOld.err)")
@@ -238,8 +248,17 @@ struct TokenExchangeTests {
                 #expect(try await jwks(first) == jwks(second))
                 let token = try #require(try await Self.exchange(first, ["subject_token": try first.token()]).json["access_token"]?.stringValue)
                 #expect(try await verifyAgainst(second, token) == 0)
+                let before = try await jwks(first)
                 try IssuerKeyRing.rotate(directory: keys, retiredKeyLifetime: 600)
-                try await Task.sleep(for: .milliseconds(500))
+                // Both instances reload on their own timers: waited for (a fixed 500 ms is a race
+                // on a loaded machine), until both publish the same new set.
+                let reloadedBy = ContinuousClock.now + .seconds(60)
+                while ContinuousClock.now < reloadedBy {
+                    try await Task.sleep(for: .milliseconds(100))
+                    let (one, two) = (try await jwks(first), try await jwks(second))
+                    if one != before && two != before { break }
+                }
+                #expect(try await jwks(first) != before)
                 #expect(try await jwks(first) == jwks(second))
                 let rotated = try #require(try await Self.exchange(second, ["subject_token": try first.token()]).json["access_token"]?.stringValue)
                 #expect(try await verifyAgainst(first, rotated) == 0)
