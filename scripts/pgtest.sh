@@ -14,19 +14,23 @@ as_postgres() {
 case "${1:-}" in
 start)
     dir=$2
-    # The server must not inherit a descriptor of our caller (a pipe it reads to the end).
-    for fd in $(ls /proc/$$/fd); do
-        [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true
-    done
     mkdir -p "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
     as_postgres "$bin/initdb" -D "$dir/data" -A trust -U tokentool >/dev/null
     started=""
     for attempt in 1 2 3 4 5; do
         port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-        # No inherited descriptors: a caller reading our output through a pipe must see it close.
-        if as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start \
-            </dev/null >/dev/null 2>"$dir/pg_ctl.err"; then
+        # The server must not inherit a descriptor of our caller: a pipe it reads to the end, or the
+        # socket by which Foundation's Process learns that this script ended. They are closed in a
+        # subshell, for pg_ctl alone: closed in this script, the socket told Foundation at once
+        # that the script had ended, and its one manager thread then sat in waitpid until it did,
+        # noticing no other child's exit meanwhile.
+        if (
+            for fd in $(ls "/proc/$BASHPID/fd"); do
+                [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true
+            done
+            as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start
+        ) </dev/null >/dev/null 2>"$dir/pg_ctl.err"; then
             started=yes
             break
         fi

@@ -34,8 +34,10 @@ public func run(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cw
     DispatchQueue.global().async { outData = outPipe.fileHandleForReading.readDataToEndOfFile(); group.leave() }
     errData = errPipe.fileHandleForReading.readDataToEndOfFile()
     group.wait()
-    process.waitForExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    guard let exit = process.waitForExit() else {
+        throw TestFailure("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after 300 s (killed)")
+    }
+    return (exit.status, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }
 
 public func which(_ name: String) -> URL? {
@@ -65,25 +67,61 @@ public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) 
     }
 }
 
+/// How a child process ended: ``Process/waitForExit(timeout:)``'s answer.
+public struct ProcessExit: Sendable, Equatable {
+    /// `.exit` (with the status it gave) or `.uncaughtSignal` (with the signal's number).
+    public let reason: Process.TerminationReason
+    public let status: Int32
+
+    public init(reason: Process.TerminationReason, status: Int32) {
+        self.reason = reason
+        self.status = status
+    }
+}
+
 extension Process {
-    /// Waits until the process has exited, by polling `isRunning`, not with `waitUntilExit()`:
-    /// on Linux that spins a run loop which can miss the exit and wait forever (seen here: a
-    /// PyJWT interoperability test hung for 15 minutes with no child left, under load; see
-    /// swift-corelibs-foundation's waitUntilExit hang reports). After `timeout` the process is
-    /// killed, so a stuck child fails its test instead of hanging the suite; returns false then.
+    /// Waits until the process has exited and says how; nil when it was still running after
+    /// `timeout` (it is then killed).
+    ///
+    /// The exit is seen by the kernel's word (`waitid` with `WNOWAIT`, which leaves the child for
+    /// Foundation to reap), not only by `isRunning`: Foundation learns of an exit when a socket
+    /// it gave the child closes, on one manager thread that waits for each child in turn. A copy
+    /// of that socket in another child (a process spawned by another thread in the same instant
+    /// inherits it), or a child that closes its descriptors and runs on (scripts/pgtest.sh did),
+    /// kept `isRunning` true long after the exit: CI once killed such a child after the old 300-s
+    /// limit, read `terminationStatus` and trapped ("task still running"), taking the whole test
+    /// process down. `waitUntilExit()` is not used either: on Linux it spins a run loop that can
+    /// miss the exit and wait forever.
     @discardableResult
-    public func waitForExit(timeout: TimeInterval = 300) -> Bool {
+    public func waitForExit(timeout: TimeInterval = 300) -> ProcessExit? {
         let deadline = Date().addingTimeInterval(timeout)
-        while isRunning {
-            if Date() > deadline {
-                kill(processIdentifier, SIGKILL)
-                let grace = Date().addingTimeInterval(10)
-                while isRunning && Date() < grace { usleep(2_000) }
-                return false
-            }
+        while true {
+            if let exit = ended { return exit }
+            if Date() > deadline { break }
             usleep(2_000)
         }
-        return true
+        kill(processIdentifier, SIGKILL)
+        let grace = Date().addingTimeInterval(10)
+        while ended == nil && Date() < grace { usleep(2_000) }
+        return nil
+    }
+
+    /// How the process ended, or nil while it runs. Never traps, unlike `terminationStatus`.
+    public var ended: ProcessExit? {
+        // Foundation's own record first: `isRunning` turns false only after it has reaped the child
+        // and stored how it ended.
+        if !isRunning { return ProcessExit(reason: terminationReason, status: terminationStatus) }
+        var info = siginfo_t()
+        // ECHILD: Foundation reaped it a moment ago and is about to clear `isRunning`.
+        guard waitid(P_PID, id_t(processIdentifier), &info, WEXITED | WNOHANG | WNOWAIT) == 0,
+            info._sifields._sigchld.si_pid == processIdentifier
+        else { return nil }
+        let status = info._sifields._sigchld.si_status
+        switch Int(info.si_code) {
+        case CLD_EXITED: return ProcessExit(reason: .exit, status: status)
+        case CLD_KILLED, CLD_DUMPED: return ProcessExit(reason: .uncaughtSignal, status: status)
+        default: return nil
+        }
     }
 }
 

@@ -91,10 +91,10 @@ struct NewcomerCLITests {
         var eof: UInt8 = 4
         _ = write(master, &eof, 1)
         let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitForExit()
+        let exit = process.waitForExit()
         #expect(text.contains("reading the token from standard input"), "\(text)")
         #expect(text.contains("no token on standard input"), "\(text)")
-        #expect(process.terminationStatus == 2)
+        #expect(exit?.status == 2)
         // A pipe is not told.
         let piped = try tokentool(["verify", "--key", "k.pub"], stdin: Data(), cwd: dir)
         #expect(!piped.err.contains("reading the token"), "\(piped.err)")
@@ -240,8 +240,7 @@ struct NewcomerCLITests {
         process.standardError = FileHandle.nullDevice
         try process.run()
         let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitForExit()
-        return (process.terminationStatus, text)
+        return (process.waitForExit()?.status ?? -1, text)
     }
 
     /// Lines of an "Examples:" or "Try it:" block that are not indented (a command cut by wrapping),
