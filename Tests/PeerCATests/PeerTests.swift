@@ -101,10 +101,10 @@ struct PeerTests {
                 "-cert_chain", openssl.path("bob-intermediates.pem"), "-key", openssl.path("bob.key"), "-CAfile", openssl.path("root.pem"),
                 "-Verify", "2", "-verify_return_error", "-purpose", "sslclient",
             ]
-            let out = Pipe()
+            let out = Pipe().closingOnExec()
             server.standardOutput = out
             server.standardError = out
-            server.standardInput = Pipe()
+            server.standardInput = Pipe().closingOnExec()
             try server.run()
             defer { if server.isRunning { server.terminate() } }
             let (port, greeting) = try acceptedPort(out.fileHandleForReading)

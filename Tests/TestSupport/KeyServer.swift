@@ -165,8 +165,8 @@ public func startScriptServer(_ script: String, _ arguments: [String]) throws ->
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     process.arguments = ["python3", script] + arguments
-    let out = Pipe()
-    let stdin = Pipe()
+    let out = Pipe().closingOnExec()
+    let stdin = Pipe().closingOnExec()
     process.standardOutput = out
     process.standardInput = stdin
     try process.run()

@@ -20,7 +20,7 @@ public func run(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cw
     process.executableURL = executable
     process.arguments = arguments
     if let cwd { process.currentDirectoryURL = cwd }
-    let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
+    let outPipe = Pipe().closingOnExec(), errPipe = Pipe().closingOnExec(), inPipe = Pipe().closingOnExec()
     process.standardOutput = outPipe
     process.standardError = errPipe
     process.standardInput = inPipe
@@ -147,4 +147,18 @@ public func eventually(within: Duration = .seconds(120), every: Duration = .mill
         try? await Task.sleep(for: every)
     }
     return true
+}
+
+extension Pipe {
+    /// This pipe, with both ends closed on `exec`: a process another test starts in the same
+    /// instant does not inherit them. (Foundation's `Process.run()` closes what it finds open in
+    /// the child, but a pipe made between its look and its spawn would go along: a child of
+    /// another test holding a write end, and the read to the end of output waits for that child.)
+    /// The child meant to have an end still gets it: `dup2` onto its standard descriptors clears
+    /// the flag.
+    public func closingOnExec() -> Pipe {
+        _ = fcntl(fileHandleForReading.fileDescriptor, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fileHandleForWriting.fileDescriptor, F_SETFD, FD_CLOEXEC)
+        return self
+    }
 }

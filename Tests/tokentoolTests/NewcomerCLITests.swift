@@ -83,9 +83,9 @@ struct NewcomerCLITests {
         process.arguments = ["verify", "--key", "k.pub"]
         process.currentDirectoryURL = dir
         process.standardInput = FileHandle(fileDescriptor: terminal, closeOnDealloc: true)
-        let err = Pipe()
+        let err = Pipe().closingOnExec()
         process.standardError = err
-        process.standardOutput = Pipe()
+        process.standardOutput = Pipe().closingOnExec()
         try process.run()
         // Ctrl-D at the start of a line: end of input, so an empty token.
         var eof: UInt8 = 4
@@ -235,7 +235,7 @@ struct NewcomerCLITests {
         var environment = ProcessInfo.processInfo.environment
         environment["COLUMNS"] = nil
         process.environment = environment
-        let out = Pipe()
+        let out = Pipe().closingOnExec()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         try process.run()

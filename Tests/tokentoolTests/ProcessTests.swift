@@ -124,7 +124,7 @@ struct ServeProcessTests {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
         process.arguments = ["--nofile=64", tokentoolExecutable.path, "serve", "--port", "0"] + options
         process.currentDirectoryURL = dir
-        let out = Pipe()
+        let out = Pipe().closingOnExec()
         process.standardOutput = out
         let errors = dir.appendingPathComponent("err.log")
         _ = FileManager.default.createFile(atPath: errors.path, contents: nil)
@@ -277,9 +277,9 @@ struct ServeProcess {
         process.executableURL = tokentoolExecutable
         process.arguments = arguments
         process.currentDirectoryURL = dir
-        let out = Pipe()
+        let out = Pipe().closingOnExec()
         process.standardOutput = out
-        process.standardError = Pipe()
+        process.standardError = Pipe().closingOnExec()
         try process.run()
         var text = ""
         let deadline = Date().addingTimeInterval(30)
@@ -326,7 +326,7 @@ struct ChildExitTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "sleep 30 & echo $!; exit 7"]
-            let out = Pipe()
+            let out = Pipe().closingOnExec()
             process.standardOutput = out
             try process.run()
             // One line: the grandchild's process ID (the pipe stays open while it runs).
