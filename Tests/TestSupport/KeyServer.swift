@@ -146,8 +146,9 @@ public final class KeyServer: Sendable {
 /// OS picked and says which.
 public func announcedPort(_ output: FileHandle, server: String) throws -> Int {
     var line = Data()
+    let deadline = Date().addingTimeInterval(60)
     while !line.contains(UInt8(ascii: "\n")) {
-        let chunk = output.availableData
+        guard let chunk = output.availableData(before: deadline) else { throw TestFailure("\(server) did not say its port within 60 s") }
         if chunk.isEmpty { throw TestFailure("\(server) exited before listening") }
         line.append(chunk)
     }

@@ -27,15 +27,19 @@ public func run(_ executable: URL, _ arguments: [String], stdin: Data? = nil, cw
     try process.run()
     if let stdin { inPipe.fileHandleForWriting.write(stdin) }
     try inPipe.fileHandleForWriting.close()
-    // Read both pipes before waiting so a chatty child cannot block on a full pipe.
+    // Both pipes are read while the child runs, so a chatty child cannot block on a full pipe.
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
     group.enter()
     DispatchQueue.global().async { outData = outPipe.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-    errData = errPipe.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    guard let exit = process.waitForExit() else {
-        throw TestFailure("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after 300 s (killed)")
+    group.enter()
+    DispatchQueue.global().async { errData = errPipe.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    let command = "\(executable.lastPathComponent) \(arguments.joined(separator: " "))"
+    guard let exit = process.waitForExit() else { throw TestFailure("\(command) still ran after 300 s (killed)") }
+    // Its output ends when it does, unless a process it started holds the pipes: a test fails
+    // then, instead of waiting as long as that process lives.
+    guard group.wait(timeout: .now() + 60) == .success else {
+        throw TestFailure("\(command) exited, but its output was still open 60 s later (a process it started holds it)")
     }
     return (exit.status, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }
@@ -147,6 +151,21 @@ public func eventually(within: Duration = .seconds(120), every: Duration = .mill
         try? await Task.sleep(for: every)
     }
     return true
+}
+
+extension FileHandle {
+    /// The next chunk this pipe's writer sends before `deadline` (empty at its end), or nil when
+    /// nothing comes by then. `availableData` alone waits for as long as the writer is silent:
+    /// a child that hangs without a word would hang its test, and CI's whole run.
+    public func availableData(before deadline: Date) -> Data? {
+        var waiting = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+        while true {
+            let milliseconds = Int32(max(0, min(deadline.timeIntervalSinceNow * 1000, 3_600_000)))
+            let ready = poll(&waiting, 1, milliseconds)
+            if ready > 0 { return availableData }  // data, or the end (POLLHUP): availableData is empty then
+            if ready == 0 || errno != EINTR { return nil }
+        }
+    }
 }
 
 extension Pipe {

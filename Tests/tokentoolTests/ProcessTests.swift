@@ -136,9 +136,8 @@ struct ServeProcessTests {
         }
         var text = ""
         let deadline = Date().addingTimeInterval(60)
-        while !text.contains("curl -s"), Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
+        while !text.contains("curl -s") {
+            guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
         // Thrown, not `#require`d: this runs off the test's task.
@@ -283,9 +282,8 @@ struct ServeProcess {
         try process.run()
         var text = ""
         let deadline = Date().addingTimeInterval(30)
-        while !text.contains(marker), Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
+        while !text.contains(marker) {
+            guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
         return ServeProcess(process: process, directory: dir, output: text)
@@ -331,9 +329,9 @@ struct ChildExitTests {
             try process.run()
             // One line: the grandchild's process ID (the pipe stays open while it runs).
             var line = ""
+            let deadline = Date().addingTimeInterval(20)
             while !line.contains("\n") {
-                let chunk = out.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
+                guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
                 line += String(decoding: chunk, as: UTF8.self)
             }
             let grandchild = Int32(line.trimmingCharacters(in: .whitespacesAndNewlines))
@@ -346,6 +344,28 @@ struct ChildExitTests {
         #expect(seconds < 20)
         // What the wait works around: Foundation still takes the child for running.
         #expect(!foundationSawIt)
+    }
+
+    /// A silent child's pipe gives nothing by the deadline (nil), instead of a read that waits for
+    /// as long as the child lives; its end, once killed, is an empty chunk.
+    @Test func aSilentChildsOutputIsGivenUpOnAtTheDeadline() async throws {
+        let (silence, seconds, end) = try await offThePool {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sleep")
+            process.arguments = ["30"]
+            let out = Pipe().closingOnExec()
+            process.standardOutput = out
+            try process.run()
+            let started = Date()
+            let silence = out.fileHandleForReading.availableData(before: started.addingTimeInterval(0.3))
+            let seconds = Date().timeIntervalSince(started)
+            kill(process.processIdentifier, SIGKILL)
+            process.waitForExit(timeout: 20)
+            return (silence, seconds, out.fileHandleForReading.availableData(before: Date().addingTimeInterval(20)))
+        }
+        #expect(silence == nil)
+        #expect(seconds >= 0.25 && seconds < 10, "\(seconds)")
+        #expect(end == Data())
     }
 
     /// A child killed by a signal is told apart from one that exited. (SIGKILL: the test runner's
