@@ -107,6 +107,22 @@ public struct JSONObjectWriter: Sendable {
         bytes.append(contentsOf: object.finished())
     }
 
+    /// Adds a member whose value is JSON text written elsewhere (an array or object another
+    /// writer finished): its bytes go in as they are.
+    package mutating func add(_ name: String, json text: [UInt8]) {
+        self.name(name)
+        bytes.append(contentsOf: text)
+    }
+
+    /// Adds a member whose value is a string that `body` appends between the quotes, escaped
+    /// already (``JSONWriter/escapedStringBody(_:)``, ``PEM/appendJSONEscaped(label:der:to:)``).
+    package mutating func add(_ name: String, escapedString body: (inout [UInt8]) -> Void) {
+        self.name(name)
+        bytes.append(0x22)
+        body(&bytes)
+        bytes.append(0x22)
+    }
+
     /// The object's text: `{`, the members, `}`.
     public consuming func finished() -> [UInt8] {
         bytes.append(0x7d)
@@ -157,7 +173,7 @@ enum JSONText {
     }
 }
 
-enum JSONWriter {
+package enum JSONWriter {
     static func write(_ value: JSONValue, into out: inout [UInt8], indent: [UInt8]?, level: Int) {
         switch value {
         case .null: out += "null".utf8
@@ -201,6 +217,24 @@ enum JSONWriter {
     /// escape is two or six bytes appended in place (a PEM chain has an escaped newline every 65
     /// bytes; the String-based writer made two small Strings for each, 4% of the issuance
     /// endpoint's CPU). The runs are found by ``JSONText/plainRunEnd(_:from:)``.
+    /// `s` as a JSON string's text between its quotes: what ``writeString(_:into:)`` writes,
+    /// without the quotes (for text written once and put into many documents).
+    package static func escapedStringBody(_ s: String) -> [UInt8] {
+        var out: [UInt8] = []
+        writeString(s, into: &out)
+        return Array(out.dropFirst().dropLast())
+    }
+
+    /// Writes an array of strings.
+    package static func writeStrings(_ values: [String], into out: inout [UInt8]) {
+        out.append(0x5b)
+        for (i, value) in values.enumerated() {
+            if i > 0 { out.append(0x2c) }
+            writeString(value, into: &out)
+        }
+        out.append(0x5d)
+    }
+
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
         var text = s

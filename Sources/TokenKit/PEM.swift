@@ -126,6 +126,30 @@ public enum PEM {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// ``encode(label:der:)``'s text as a JSON string holds it, between the quotes: each line
+    /// break escaped (`\n`); nothing else in armoured base64 needs escaping. Appended to `out`
+    /// without the text made first.
+    package static func appendJSONEscaped(label: String, der: [UInt8], to out: inout [UInt8]) {
+        let body = base64Bytes(der)
+        out.reserveCapacity(out.count + body.count + 2 * (body.count / 64 + 1) + 2 * label.utf8.count + 40)
+        let newline: [UInt8] = [0x5c, 0x6e]
+        out += "-----BEGIN ".utf8
+        out += label.utf8
+        out += "-----".utf8
+        out += newline
+        var i = 0
+        while i < body.count {
+            let end = min(i + 64, body.count)
+            out += body[i..<end]
+            out += newline
+            i = end
+        }
+        out += "-----END ".utf8
+        out += label.utf8
+        out += "-----".utf8
+        out += newline
+    }
+
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
 
     static func encodeBase64(_ bytes: [UInt8]) -> String { String(decoding: base64Bytes(bytes), as: UTF8.self) }

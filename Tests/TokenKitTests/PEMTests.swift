@@ -94,4 +94,18 @@ extension String {
         guard let range = range(of: target) else { return self }
         return replacingCharacters(in: range, with: replacement)
     }
+
+    /// The PEM a certificate reply writes straight into its JSON is `PEM.encode`'s text as the JSON
+    /// writer escapes it, for every length of DER around the line ends (48 bytes a line).
+    @Test func pemWrittenIntoJSONIsTheEscapedText() {
+        for count in [0, 1, 2, 3, 47, 48, 49, 95, 96, 97, 500, 767, 768, 1_000] {
+            let der = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            var written: [UInt8] = [0x7b]
+            PEM.appendJSONEscaped(label: "CERTIFICATE", der: der, to: &written)
+            #expect(written == [0x7b] + JSONWriter.escapedStringBody(PEM.encode(label: "CERTIFICATE", der: der)), "\(count)")
+        }
+        var quoted: [UInt8] = []
+        JSONWriter.writeString("a\"b\nc", into: &quoted)
+        #expect([0x22] + JSONWriter.escapedStringBody("a\"b\nc") + [0x22] == quoted)
+    }
 }

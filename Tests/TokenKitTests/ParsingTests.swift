@@ -266,6 +266,10 @@ struct ParsingTests {
         for seconds in dates {
             let date = Date(timeIntervalSince1970: seconds)
             #expect(ISO8601Text.string(date) == style.format(date), "\(seconds)")
+            // The bytes appended for a JSON writer are the same text, after what was there.
+            var bytes: [UInt8] = [0x22]
+            ISO8601Text.append(date, to: &bytes)
+            #expect(bytes == [0x22] + Array(style.format(date).utf8), "\(seconds)")
         }
     }
 

@@ -24,6 +24,8 @@ public struct IssuedCertificate: Sendable {
     public let notAfter: Date
     /// The intermediates' PEM, made once per CA.
     let intermediatesPEM: String
+    /// ``intermediatesPEM`` as a JSON string holds it (between the quotes), made once per CA.
+    let intermediatesJSON: [UInt8]
     /// True when this is not a new certificate but the one the ledger already held for the same
     /// one-use token and the same key, given again to a retry of the request (its first answer
     /// was lost: a deadline, a dropped connection). See ``PeerCertificateAuthority/issue(identity:csr:validity:)``.
@@ -62,15 +64,18 @@ public struct IssuedCertificate: Sendable {
     /// dictionaries, their names hashed and sorted) cost about twice as much
     /// (`tokenbench --issuance-stages --filter reply`).
     public func replyJSON(renewalOf: String? = nil, now: Date = Date()) -> [UInt8] {
-        let chain = chainPEM
         let spiffeID = identity.spiffeID
-        var reply = JSONObjectWriter(capacity: chain.utf8.count + 2 * chain.utf8.count / 64 + 1024)
-        reply.add("certificate", string: chain)
+        var reply = JSONObjectWriter(capacity: derBytes.count * 4 / 3 + derBytes.count / 24 + intermediatesJSON.count + 1200)
+        // ``chainPEM``'s text, escaped as it is written (no String of it made, no scan for what to escape).
+        reply.add("certificate") { text in
+            PEM.appendJSONEscaped(label: "CERTIFICATE", der: derBytes, to: &text)
+            text += intermediatesJSON
+        }
         var identityObject = JSONObjectWriter(capacity: 512)
         identity.writeJSON(into: &identityObject, spiffeID: spiffeID)
         reply.add("identity", object: identityObject)
-        reply.add("notAfter", string: ISO8601Text.string(notAfter))
-        reply.add("renewAfter", string: ISO8601Text.string(renewAfter(now: now)))
+        reply.add("notAfter") { ISO8601Text.append(notAfter, to: &$0) }
+        reply.add("renewAfter") { ISO8601Text.append(renewAfter(now: now), to: &$0) }
         if let renewalOf { reply.add("renewalOf", string: renewalOf) }
         reply.add("serial", string: serial)
         reply.add("spiffeID", string: spiffeID)
@@ -100,6 +105,7 @@ public final class PeerCertificateAuthority: Sendable {
     /// The certificates sent after each leaf and their PEM, made once.
     private let intermediates: [Certificate]
     private let intermediatesPEM: String
+    private let intermediatesJSON: [UInt8]
     /// The parts of every leaf that do not change; nil when the issuing certificate's extensions
     /// do not parse (issuance then fails with ``PeerCAError/Code/invalidCAMaterial``).
     private let template: LeafTemplate?
@@ -136,6 +142,7 @@ public final class PeerCertificateAuthority: Sendable {
         let issuerKeyIdentifier = PeerCertificateAuthority.keyIdentifier(of: authority.issuer)
         intermediates = authority.intermediates
         intermediatesPEM = intermediates.map(\.pemString).joined()
+        intermediatesJSON = JSONWriter.escapedStringBody(intermediatesPEM)
         template = issuerKeyIdentifier.flatMap { try? LeafTemplate(authority: authority, issuerKeyIdentifier: $0) }
         ocspIssuer = OCSPResponder.IssuerHashes(authority.issuer)
     }
@@ -285,7 +292,7 @@ public final class PeerCertificateAuthority: Sendable {
             }
             return IssuedCertificate(
                 derBytes: der, intermediates: intermediates, identity: identity, serial: entry.serial, notBefore: notBefore, notAfter: notAfter,
-                intermediatesPEM: intermediatesPEM)
+                intermediatesPEM: intermediatesPEM, intermediatesJSON: intermediatesJSON)
         }
         throw PeerCAError(.ledger, "could not draw a unique serial number")
     }
@@ -304,7 +311,8 @@ public final class PeerCertificateAuthority: Sendable {
         else { return nil }
         return IssuedCertificate(
             derBytes: earlier.der, intermediates: intermediates, identity: identity, serial: earlier.serial, notBefore: earlier.notBefore,
-            notAfter: earlier.notAfter, intermediatesPEM: intermediatesPEM, isRepeat: true)
+            notAfter: earlier.notAfter, intermediatesPEM: intermediatesPEM, intermediatesJSON: intermediatesJSON,
+            isRepeat: true)
     }
 
     /// The DER of a leaf for `identity` (its CN; `spiffeID`, the identity's SPIFFE ID, which the
