@@ -19,13 +19,13 @@ package enum ISO8601Text {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// ``string(_:)``'s text appended to `out` as bytes (no `String` made): what a JSON writer
-    /// puts between a string's quotes as it is (digits, `-`, `:`, `T`, `Z`; the format style's
-    /// text for years outside 1600…9999 has nothing to escape either).
+    /// ``string(_:)``'s text appended to `out` as bytes (no `String` made), as a JSON string holds
+    /// it between its quotes: digits, `-`, `:`, `T`, `Z`, nothing to escape (the format style's
+    /// text, for years outside 1600…9999, goes through the JSON writer's escaping all the same).
     package static func append(_ date: Date, to out: inout [UInt8]) {
         let interval = date.timeIntervalSince1970
         guard interval >= -11_676_096_000, interval < 253_402_300_800 else {
-            out += Date.ISO8601FormatStyle().format(date).utf8
+            out += JSONWriter.escapedStringBody(Date.ISO8601FormatStyle().format(date))  // nothing to escape today; not assumed
             return
         }
         fields(secondsSince1970: Int(interval.rounded(.down))).appendDigits(to: &out, yearDigits: 4, separated: true)

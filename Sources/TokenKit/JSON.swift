@@ -213,10 +213,6 @@ package enum JSONWriter {
         for _ in 0..<level { out += indent }
     }
 
-    /// `s` as a JSON string, written as bytes: runs that need no escape are copied whole and each
-    /// escape is two or six bytes appended in place (a PEM chain has an escaped newline every 65
-    /// bytes; the String-based writer made two small Strings for each, 4% of the issuance
-    /// endpoint's CPU). The runs are found by ``JSONText/plainRunEnd(_:from:)``.
     /// `s` as a JSON string's text between its quotes: what ``writeString(_:into:)`` writes,
     /// without the quotes (for text written once and put into many documents).
     package static func escapedStringBody(_ s: String) -> [UInt8] {
@@ -235,6 +231,10 @@ package enum JSONWriter {
         out.append(0x5d)
     }
 
+    /// `s` as a JSON string, written as bytes: runs that need no escape are copied whole and each
+    /// escape is two or six bytes appended in place (a PEM chain has an escaped newline every 65
+    /// bytes; the String-based writer made two small Strings for each, 4% of the issuance
+    /// endpoint's CPU). The runs are found by ``JSONText/plainRunEnd(_:from:)``.
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
         var text = s

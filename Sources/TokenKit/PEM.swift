@@ -127,14 +127,15 @@ public enum PEM {
     }
 
     /// ``encode(label:der:)``'s text as a JSON string holds it, between the quotes: each line
-    /// break escaped (`\n`); nothing else in armoured base64 needs escaping. Appended to `out`
-    /// without the text made first.
+    /// break escaped (`\n`); nothing else in armoured base64 needs escaping (the label is escaped
+    /// as any string). Appended to `out` without the text made first.
     package static func appendJSONEscaped(label: String, der: [UInt8], to out: inout [UInt8]) {
         let body = base64Bytes(der)
         out.reserveCapacity(out.count + body.count + 2 * (body.count / 64 + 1) + 2 * label.utf8.count + 40)
         let newline: [UInt8] = [0x5c, 0x6e]
+        let label = JSONWriter.escapedStringBody(label)
         out += "-----BEGIN ".utf8
-        out += label.utf8
+        out += label
         out += "-----".utf8
         out += newline
         var i = 0
@@ -145,7 +146,7 @@ public enum PEM {
             i = end
         }
         out += "-----END ".utf8
-        out += label.utf8
+        out += label
         out += "-----".utf8
         out += newline
     }

@@ -272,6 +272,29 @@ struct IssuanceTests {
         #expect(names.last == ["account", "expiresAt", "factors", "issuedAt", "issuer", "profile", "provider", "providerUID", "spiffeID"])
     }
 
+    /// The identity written straight to bytes is `jsonValue`'s text for identities no token makes:
+    /// no factors, a factor without a time, profile names and values that need escaping or sort
+    /// outside ASCII, an empty profile, and dates outside 1600…9999 (the format style's text).
+    @Test func anIdentityWrittenAsBytesIsItsJSONValuesText() {
+        let odd = [
+            "é": "x", "E": "quote \" and \\ and \n", "😀": "", "": "empty name", "a\u{0}b": "\u{1F}", "f\u{301}": "combining",
+        ]
+        for (factors, profile, permissions) in [
+            ([AuthenticationFactor](), [String: String](), [String]()),
+            ([AuthenticationFactor(method: "pwd", signedInAt: nil), AuthenticationFactor(method: "o\"tp", signedInAt: Date(timeIntervalSince1970: -1e11))], odd, ["r", "w\n"]),
+        ] {
+            for (expires, issued) in [(Date(timeIntervalSince1970: 1e12), Date?.none), (Date(timeIntervalSince1970: -2e10), Date(timeIntervalSince1970: 1_795_567_547.75))] {
+                let identity = PeerIdentity(
+                    trustDomain: "app", accountUID: "dev:ü\"1", provider: "dev", issuer: "https://idp.example/", providerUID: "u/1", displayName: "Ada\t",
+                    expiresAt: expires, factors: factors, permissions: permissions, tokenID: nil, profile: profile, authenticationContext: "acr\u{7F}",
+                    issuedAt: issued)
+                var writer = JSONObjectWriter()
+                identity.writeJSON(into: &writer)
+                #expect(writer.finished() == identity.jsonValue.compactBytes, "\(profile.count) \(expires)")
+            }
+        }
+    }
+
     /// A SPIFFE ID is parsed only when its path keeps the SPIFFE rules: no `.`/`..` or empty
     /// segment, no `%`-escape, query or other character outside letters, digits, `.`, `-`, `_`
     /// (a relying party that normalises or compares prefixes could read two names into one); the

@@ -83,17 +83,6 @@ struct PEMTests {
         #expect(outcome { () throws(TokenError) in try PEM.parse("Schlüssel:\n" + PEM.encode(label: "X", der: der)) } == "X:\(der)")
         #expect(outcome { () throws(TokenError) in try PEM.parse(PEM.encode(label: "CLÉ", der: der)) } == "CLÉ:\(der)")
     }
-}
-
-extension String {
-    fileprivate func replacingNewlines(with newline: String) -> String {
-        split(separator: "\n", omittingEmptySubsequences: false).joined(separator: newline)
-    }
-
-    fileprivate func replacingFirst(_ target: String, with replacement: String) -> String {
-        guard let range = range(of: target) else { return self }
-        return replacingCharacters(in: range, with: replacement)
-    }
 
     /// The PEM a certificate reply writes straight into its JSON is `PEM.encode`'s text as the JSON
     /// writer escapes it, for every length of DER around the line ends (48 bytes a line).
@@ -107,5 +96,16 @@ extension String {
         var quoted: [UInt8] = []
         JSONWriter.writeString("a\"b\nc", into: &quoted)
         #expect([0x22] + JSONWriter.escapedStringBody("a\"b\nc") + [0x22] == quoted)
+    }
+}
+
+extension String {
+    fileprivate func replacingNewlines(with newline: String) -> String {
+        split(separator: "\n", omittingEmptySubsequences: false).joined(separator: newline)
+    }
+
+    fileprivate func replacingFirst(_ target: String, with replacement: String) -> String {
+        guard let range = range(of: target) else { return self }
+        return replacingCharacters(in: range, with: replacement)
     }
 }
