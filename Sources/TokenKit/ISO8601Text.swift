@@ -8,14 +8,10 @@ package enum ISO8601Text {
     /// `date` as `yyyy-MM-ddTHH:mm:ssZ`. Years outside 1600…9999 go through the format style
     /// (its calendar is Julian before the 1582 reform; this one is Gregorian throughout).
     package static func string(_ date: Date) -> String {
-        let interval = date.timeIntervalSince1970
-        // 1600-01-01T00:00:00Z and 10000-01-01T00:00:00Z; NaN fails both comparisons.
-        guard interval >= -11_676_096_000, interval < 253_402_300_800 else {
-            return Date.ISO8601FormatStyle().format(date)
-        }
+        guard let fields = gregorianFields(date) else { return Date.ISO8601FormatStyle().format(date) }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(20)
-        fields(secondsSince1970: Int(interval.rounded(.down))).appendDigits(to: &bytes, yearDigits: 4, separated: true)
+        fields.appendDigits(to: &bytes, yearDigits: 4, separated: true)
         return String(decoding: bytes, as: UTF8.self)
     }
 
@@ -23,12 +19,17 @@ package enum ISO8601Text {
     /// it between its quotes: digits, `-`, `:`, `T`, `Z`, nothing to escape (the format style's
     /// text, for years outside 1600…9999, goes through the JSON writer's escaping all the same).
     package static func append(_ date: Date, to out: inout [UInt8]) {
+        guard let fields = gregorianFields(date) else { return JSONWriter.appendEscaped(string(date), into: &out) }
+        fields.appendDigits(to: &out, yearDigits: 4, separated: true)
+    }
+
+    /// `date`'s fields, whole seconds toward the past, when its year is within 1600…9999 (the
+    /// years this computes as the format style does); nil otherwise.
+    private static func gregorianFields(_ date: Date) -> Fields? {
         let interval = date.timeIntervalSince1970
-        guard interval >= -11_676_096_000, interval < 253_402_300_800 else {
-            out += JSONWriter.escapedStringBody(Date.ISO8601FormatStyle().format(date))  // nothing to escape today; not assumed
-            return
-        }
-        fields(secondsSince1970: Int(interval.rounded(.down))).appendDigits(to: &out, yearDigits: 4, separated: true)
+        // 1600-01-01T00:00:00Z and 10000-01-01T00:00:00Z; NaN fails both comparisons.
+        guard interval >= -11_676_096_000, interval < 253_402_300_800 else { return nil }
+        return fields(secondsSince1970: Int(interval.rounded(.down)))
     }
 
     /// A UTC date and time, whole seconds, proleptic Gregorian.

@@ -217,8 +217,8 @@ package enum JSONWriter {
     /// without the quotes (for text written once and put into many documents).
     package static func escapedStringBody(_ s: String) -> [UInt8] {
         var out: [UInt8] = []
-        writeString(s, into: &out)
-        return Array(out.dropFirst().dropLast())
+        appendEscaped(s, into: &out)
+        return out
     }
 
     /// Writes an array of strings.
@@ -237,6 +237,12 @@ package enum JSONWriter {
     /// endpoint's CPU). The runs are found by ``JSONText/plainRunEnd(_:from:)``.
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
+        appendEscaped(s, into: &out)
+        out.append(0x22)
+    }
+
+    /// ``writeString(_:into:)`` without the quotes: the text between them, appended to `out`.
+    package static func appendEscaped(_ s: String, into out: inout [UInt8]) {
         var text = s
         text.withUTF8 { bytes in
             // Room for the string and a few escapes, grown geometrically: an exact reserve
@@ -254,7 +260,6 @@ package enum JSONWriter {
                 runStart = runEnd + 1
             }
         }
-        out.append(0x22)
     }
 
     /// The escape for a quote, a backslash or a control character.

@@ -111,18 +111,8 @@ public enum PEM {
 
     /// Armours DER under `label`, 64 characters a line, each line ending in `\n`.
     public static func encode(label: String, der: [UInt8]) -> String {
-        let body = base64Bytes(der)
         var out: [UInt8] = []
-        out.reserveCapacity(body.count + body.count / 64 + 2 * label.utf8.count + 32)
-        out += "-----BEGIN \(label)-----\n".utf8
-        var i = 0
-        while i < body.count {
-            let end = min(i + 64, body.count)
-            out += body[i..<end]
-            out.append(0x0a)
-            i = end
-        }
-        out += "-----END \(label)-----\n".utf8
+        armour(der, lineEnd: newline, into: &out) { $0 += label.utf8 }
         return String(decoding: out, as: UTF8.self)
     }
 
@@ -130,25 +120,32 @@ public enum PEM {
     /// break escaped (`\n`); nothing else in armoured base64 needs escaping (the label is escaped
     /// as any string). Appended to `out` without the text made first.
     package static func appendJSONEscaped(label: String, der: [UInt8], to out: inout [UInt8]) {
+        armour(der, lineEnd: escapedNewline, into: &out) { JSONWriter.appendEscaped(label, into: &$0) }
+    }
+
+    private static let newline: [UInt8] = [0x0a]
+    private static let escapedNewline: [UInt8] = [0x5c, 0x6e]  // `\n`, as a JSON string holds a line break
+
+    /// The armour both forms share: the BEGIN line, the base64 64 characters a line, the END line,
+    /// each line ended by `lineEnd`; `label` appends the label where the lines name it.
+    private static func armour(_ der: [UInt8], lineEnd: [UInt8], into out: inout [UInt8], label: (inout [UInt8]) -> Void) {
         let body = base64Bytes(der)
-        out.reserveCapacity(out.count + body.count + 2 * (body.count / 64 + 1) + 2 * label.utf8.count + 40)
-        let newline: [UInt8] = [0x5c, 0x6e]
-        let label = JSONWriter.escapedStringBody(label)
+        out.reserveCapacity(out.count + body.count + (body.count / 64 + 3) * lineEnd.count + 64)
         out += "-----BEGIN ".utf8
-        out += label
+        label(&out)
         out += "-----".utf8
-        out += newline
+        out += lineEnd
         var i = 0
         while i < body.count {
             let end = min(i + 64, body.count)
             out += body[i..<end]
-            out += newline
+            out += lineEnd
             i = end
         }
         out += "-----END ".utf8
-        out += label
+        label(&out)
         out += "-----".utf8
-        out += newline
+        out += lineEnd
     }
 
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
