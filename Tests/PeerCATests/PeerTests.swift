@@ -128,13 +128,9 @@ struct PeerTests {
     /// Reads `openssl s_server`'s output until its "ACCEPT host:port" line and returns the port the
     /// OS gave it, with the text read so far. Fails if s_server exits first or says nothing in 10 s.
     func acceptedPort(_ handle: FileHandle) throws -> (Int, String) {
-        var text = ""
-        let deadline = Date().addingTimeInterval(10)
-        while true {
-            if let match = text.firstMatch(of: /ACCEPT [^\n]*:(\d+)\n/), let port = Int(match.1) { return (port, text) }
-            guard let chunk = handle.availableData(before: deadline), !chunk.isEmpty else { break }  // silent for 10 s, or exited
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let accept = /ACCEPT [^\n]*:(\d+)\n/
+        let text = handle.readText(before: Date().addingTimeInterval(10)) { $0.firstMatch(of: accept) != nil }
+        if let match = text.firstMatch(of: accept), let port = Int(match.1) { return (port, text) }
         throw SupportError("openssl s_server did not report its port: \(text)")
     }
 

@@ -166,6 +166,17 @@ extension FileHandle {
             if ready == 0 || errno != EINTR { return nil }
         }
     }
+
+    /// The text this pipe's writer sends until `done` holds for all of it so far, the writer
+    /// ends, or `deadline` passes, whichever comes first.
+    public func readText(before deadline: Date, until done: (String) -> Bool) -> String {
+        var text = ""
+        while !done(text) {
+            guard let chunk = availableData(before: deadline), !chunk.isEmpty else { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        return text
+    }
 }
 
 extension Pipe {

@@ -134,12 +134,7 @@ struct ServeProcessTests {
             kill(process.processIdentifier, SIGKILL)
             process.waitForExit()
         }
-        var text = ""
-        let deadline = Date().addingTimeInterval(60)
-        while !text.contains("curl -s") {
-            guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let text = out.fileHandleForReading.readText(before: Date().addingTimeInterval(60)) { $0.contains("curl -s") }
         // Thrown, not `#require`d: this runs off the test's task.
         guard let port = text.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap({ UInt16($0.1) }) else {
             throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "serve did not say where it listens: \(text)"])
@@ -187,11 +182,7 @@ struct ServeProcessTests {
         try process.run()
         Thread.sleep(forTimeInterval: delay)
         kill(process.processIdentifier, signal)
-        let deadline = Date().addingTimeInterval(20)
-        while process.ended == nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        let stopped = process.ended != nil
-        if !stopped { kill(process.processIdentifier, SIGKILL) }
-        process.waitForExit()
+        let stopped = process.waitForExit(timeout: 20) != nil  // killed if not
         #expect(stopped, "serve ignored signal \(signal) sent \(delay) s after start")
     }
 
@@ -280,12 +271,7 @@ struct ServeProcess {
         process.standardOutput = out
         process.standardError = Pipe().closingOnExec()
         try process.run()
-        var text = ""
-        let deadline = Date().addingTimeInterval(30)
-        while !text.contains(marker) {
-            guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let text = out.fileHandleForReading.readText(before: Date().addingTimeInterval(30)) { $0.contains(marker) }
         return ServeProcess(process: process, directory: dir, output: text)
     }
 }
@@ -303,12 +289,8 @@ extension ServeProcess {
         process.standardOutput = try FileHandle(forWritingTo: out)
         process.standardError = try FileHandle(forWritingTo: err)
         try process.run()
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.ended == nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        let exited = process.ended != nil
-        if !exited { kill(process.processIdentifier, SIGKILL) }
-        let status = process.waitForExit()?.status ?? -1
-        return (exited, status, try String(contentsOf: out, encoding: .utf8), try String(contentsOf: err, encoding: .utf8))
+        let exit = process.waitForExit(timeout: seconds)  // killed if not
+        return (exit != nil, exit?.status ?? -1, try String(contentsOf: out, encoding: .utf8), try String(contentsOf: err, encoding: .utf8))
     }
 }
 
@@ -328,12 +310,7 @@ struct ChildExitTests {
             process.standardOutput = out
             try process.run()
             // One line: the grandchild's process ID (the pipe stays open while it runs).
-            var line = ""
-            let deadline = Date().addingTimeInterval(20)
-            while !line.contains("\n") {
-                guard let chunk = out.fileHandleForReading.availableData(before: deadline), !chunk.isEmpty else { break }
-                line += String(decoding: chunk, as: UTF8.self)
-            }
+            let line = out.fileHandleForReading.readText(before: Date().addingTimeInterval(20)) { $0.contains("\n") }
             let grandchild = Int32(line.trimmingCharacters(in: .whitespacesAndNewlines))
             defer { if let grandchild { kill(grandchild, SIGKILL) } }
             let started = Date()
