@@ -78,14 +78,6 @@ let package = Package(
             pkgConfig: "libjwt",
             providers: [.apt(["libjwt-dev"])]
         ),
-        // SQLite's default VFS with the write-ahead log's writes gathered (SQLiteLedger), and the layer over
-        // SQLite's page cache that skips truncations with nothing to drop (every connection in the process).
-        .target(
-            name: "CSQLiteWAL",
-            linkerSettings: [.linkedLibrary("sqlite3")]
-        ),
-        // PeerCA presigner thread: scheduling (SCHED_IDLE), its ID, the fork generation; the writer's priority.
-        .target(name: "CBackgroundThread"),
         // The system OpenSSL initialised before main without its exit-time cleanup, which crashed
         // processes whose threads were leaving or inside OpenSSL as they exited.
         .target(
@@ -114,7 +106,7 @@ let package = Package(
         .target(
             name: "PeerCA",
             dependencies: [
-                "TokenKit", "CSQLiteWAL", "COpenSSL", "CBackgroundThread",
+                "TokenKit",
                 .product(name: "X509", package: "swift-certificates", condition: peerCA),
                 .product(name: "SwiftASN1", package: "swift-asn1", condition: peerCA),
                 .product(name: "Crypto", package: "swift-crypto", condition: peerCA),
@@ -157,6 +149,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio", condition: server),
                 .product(name: "NIOPosix", package: "swift-nio", condition: server),
                 .product(name: "NIOExtras", package: "swift-nio-extras", condition: server),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras", condition: server),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
             ],
             swiftSettings: strictSettings

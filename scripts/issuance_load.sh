@@ -7,7 +7,7 @@
 #     cycling through BODIES distinct requests (each its own HS256 token — own sub and jti — and
 #     its own P-256 CSR, made with PyJWT and cryptography before the timing);
 #  3. requests/s, p50, p99, errors; the server's and wrk's CPU per request (/proc, getrusage), the
-#     server's by thread (/proc/PID/task: Swift's pool, NIO's event loops, GRDB's queues, presigner),
+#     server's by thread (/proc/PID/task: Swift's pool, NIO's event loops, GRDB's queues),
 #     the ledger's commits and certificates per commit (/metrics); HTTP rate / library 2-core rate;
 #     the host's steal time during the run (/proc/stat);
 #  4. two floors, each for the same time and connections: wrk on GET /healthz (no body, no work), and
@@ -124,9 +124,9 @@ def thread_seconds():
         seconds[tid] = (group, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     return seconds
 def commits():
-    # The ledger's transactions and certificates, and the CA's signatures from presigned nonces and whole.
+    # The ledger's transactions and the certificates in them.
     text = urllib.request.urlopen(metrics, timeout=5).read().decode()
-    names = ("tokenserver_ledger_commits", "tokenserver_ledger_committed_certificates", "tokenserver_ca_presigned_signatures", "tokenserver_ca_whole_signatures")
+    names = ("tokenserver_ledger_commits", "tokenserver_ledger_committed_certificates")
     values = dict(re.findall(r"^(" + "|".join(names) + r") ([0-9.e+]+)$", text, re.M))
     return [float(values.get(name, 0)) for name in names]
 def steal_seconds():
@@ -164,8 +164,6 @@ print("server CPU per request by thread: " + ", ".join(
     f"{group} {seconds / requests * 1e6:.0f} µs" for group, seconds in sorted(by_group.items(), key=lambda item: -item[1]) if seconds > 0))
 batches, certificates = commits_after[0] - commits_before[0], commits_after[1] - commits_before[1]
 print(f"ledger commits: {batches:.0f}, {certificates / max(batches, 1):.1f} certificates each")
-presigned, whole = commits_after[2] - commits_before[2], commits_after[3] - commits_before[3]
-print(f"signed with a presigned nonce: {100 * presigned / max(presigned + whole, 1):.0f}%")
 print(f"http / library 2-core: {rate:.0f} / {library_rate:.0f} = {rate / library_rate:.3f}")
 print(f"host steal time during the run: {steal:.2f} s (of {(os.cpu_count() or 1) * float(run_seconds):.0f} CPU-seconds)")
 issue_server, issue_wrk = server_cpu / requests * 1e6, (usage.ru_utime + usage.ru_stime - perf_usage) / requests * 1e6

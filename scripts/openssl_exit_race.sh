@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The system OpenSSL's exit-time cleanup against threads that leave as the process exits (the
-# crash COpenSSLProcess prevents; README, "Issuance", the presigner's paragraph). A C program
+# crash COpenSSLProcess prevents; Sources/COpenSSLProcess). A C program
 # starts 8 threads that each draw random bytes (OpenSSL 3 gives each thread its own generators,
 # freed when the thread ends) and end a few microseconds apart, and exits as they end; run RUNS
 # times with OpenSSL's cleanup at exit as it comes, then RUNS times initialised with

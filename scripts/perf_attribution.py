@@ -4,7 +4,7 @@
 Reads the text of `perf script -F comm,tid,ip,sym,dso` (a recording made with call graphs:
 `perf record -e cpu-clock --call-graph dwarf …`, or `-g`) on standard input and prints, for each
 group of threads (Swift's concurrency pool, NIO's event loops, libdispatch's queues — GRDB's
-writer and the checkpoints —, the presigning thread, wrk, the rest):
+writer and readers —, wrk, the rest):
 
 - its share of the samples, split by what the sampled instruction was: crypto (BoringSSL's and
   OpenSSL's elliptic-curve, bignum and hash code), program code (the rest of the program's own:
@@ -31,13 +31,12 @@ CRYPTO = re.compile(r"nistz|beeu|CCryptoBoringSSL|sha256|sha512|bn_|BN_|ecp_|ec_
 RUNTIME = ("libswiftCore.so", "libswift_Concurrency.so", "libdispatch.so", "libswiftDispatch.so", "libBlocksRuntime.so")
 # Threads by what they run, from their names (cut to 15 characters by the kernel): Swift's
 # concurrency pool ("com.apple.root.default-qos"), NIO's event loops, libdispatch's overcommit
-# threads (GRDB's writer and reader queues, the ledger's checkpoints), the presigning thread.
+# threads (GRDB's writer and reader queues).
 # scripts/issuance_load.sh groups the server's per-thread CPU with the same function.
 GROUPS = (
     ("Swift pool", lambda name: name.endswith("default-qos")),
     ("NIO event loops", lambda name: name.startswith("NIO-")),
-    ("dispatch queues (GRDB writer, checkpoints)", lambda name: name.endswith("overcommit")),
-    ("presigner", lambda name: name == "P256Presigner"),
+    ("dispatch queues (GRDB writer and readers)", lambda name: name.endswith("overcommit")),
     ("wrk", lambda name: name == "wrk"),
     ("idle", lambda name: name == "swapper"),
 )

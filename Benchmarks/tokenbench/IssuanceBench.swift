@@ -144,8 +144,8 @@ enum IssuanceBench {
             + "  " + ratio + "  " + r.notes
     }
 
-    static func run(seconds: Double, reps: Int, window: Int, presigning: Bool = true, selected: (String) -> Bool, json: String?) async throws {
-        printNow("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row\(presigning ? "" : "; --no-presign"); load average \(loadAverage())")
+    static func run(seconds: Double, reps: Int, window: Int, selected: (String) -> Bool, json: String?) async throws {
+        printNow("tokenbench --issuance: \(seconds) s × \(reps) repetitions per row; \(window) issuances in flight per library row; load average \(loadAverage())")
         printNow(header)
         var results: [IssuanceResult] = []
         var limit: IssuanceLimit?
@@ -160,7 +160,7 @@ enum IssuanceBench {
         }
         var oneCoreRate: Double?
         for (name, pin) in [(oneCoreName, true), (twoCoreName, false)] where selected(name) {
-            var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window, presigning: presigning)
+            var result = try child(name: name, pinToOneCPU: pin, seconds: seconds, reps: reps, window: window)
             if let limit, let before = limitRates.last {
                 // The machine is shared and its speed drifts: the limit again right after the row,
                 // and the row's ratio to the mean of the limit just before and just after it.
@@ -195,12 +195,12 @@ enum IssuanceBench {
     /// the crypto alone gains from the second CPU here (the 2-core aim asks the whole issuance for
     /// 1.8×); the rows' CPU time per certificate and busy share show whether a ratio moved with
     /// the cost of a certificate or with the time the CPUs waited.
-    static func runPairs(_ pairs: Int, seconds: Double, window: Int, presigning: Bool = true) async throws {
+    static func runPairs(_ pairs: Int, seconds: Double, window: Int) async throws {
         guard pairs > 0 else { throw BenchError("--issuance-pairs needs at least one pair") }
-        printNow("tokenbench --issuance-pairs \(pairs): \(seconds) s per run, each in its own child; \(window) issuances in flight\(presigning ? "" : "; --no-presign"); load average \(loadAverage())")
+        printNow("tokenbench --issuance-pairs \(pairs): \(seconds) s per run, each in its own child; \(window) issuances in flight; load average \(loadAverage())")
         printNow("pair   limit (CPU 0)   1 core (CPU 0)  µs, busy   ratio   2 cores  µs, busy   × 1 core   limit, 2 CPUs   × limit")
         func row(_ name: String, pinned: Bool) throws -> IssuanceResult {
-            try child(name: name, pinToOneCPU: pinned, seconds: seconds, reps: 1, window: window, presigning: presigning)
+            try child(name: name, pinToOneCPU: pinned, seconds: seconds, reps: 1, window: window)
         }
         var limits = [try limitChild(seconds: seconds)]
         var ones = [try row(oneCoreName, pinned: true)]
@@ -235,7 +235,7 @@ enum IssuanceBench {
         return "\(cpu), \(busy)%".padding(toLength: 9, withPad: " ", startingAt: 0)
     }
 
-    /// The limit in a child tokenbench under `taskset -c 0` (``runChild(name:seconds:reps:window:presigning:)``
+    /// The limit in a child tokenbench under `taskset -c 0` (``runChild(name:seconds:reps:window:)``
     /// with the limit's name): its rate.
     static func limitChild(seconds: Double) throws -> Double {
         try limitRate(finishChild(startChild(limitArguments(seconds: seconds), cpu: 0), what: limitName))
@@ -282,9 +282,9 @@ enum IssuanceBench {
     }
 
     /// Runs a library row in a child tokenbench and reads its RESULT line.
-    static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int, presigning: Bool = true) throws -> IssuanceResult {
+    static func child(name: String, pinToOneCPU: Bool, seconds: Double, reps: Int, window: Int) throws -> IssuanceResult {
         let fields = try childResult(
-            ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"] + (presigning ? [] : ["--no-presign"]),
+            ["--issuance-child", name, "--seconds", "\(seconds)", "--reps", "\(reps)", "--window", "\(window)"],
             pinToOneCPU: pinToOneCPU, what: name)
         guard let rate = Double(fields["rate"] ?? ""), let p50 = Double(fields["p50_ms"] ?? ""), let p99 = Double(fields["p99_ms"] ?? ""),
             let issued = Int(fields["issued"] ?? "")
@@ -294,7 +294,7 @@ enum IssuanceBench {
         var result = IssuanceResult(
             name: name, rate: rate, p50: p50, p99: p99, issued: issued,
             notes: "\(how): affinity \(f("affinity")) CPU(s) (activeProcessorCount \(f("apc"))), pool width \(f("pool")); "
-                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(f("presigned_pct"))% signed with a presigned nonce (\(f("nonces_per_signature")) computed per signature, \(f("refills_pct"))% by signers); \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
+                + "CPU \(f("cpu_us")) µs/cert, \(f("busy"))% busy; \(f("written_kib")) KiB written/cert, \(f("per_commit")) certs/commit; \(issued) certs, all in the ledger; RSS \(f("rss_kib")) KiB")
         result.fields = fields
         return result
     }
@@ -343,7 +343,7 @@ enum IssuanceBench {
 
     /// The child side: one library row, or the limit row (``limitName``), printed as
     /// `RESULT key=value …`.
-    static func runChild(name: String, seconds: Double, reps: Int, window: Int, presigning: Bool = true) async throws {
+    static func runChild(name: String, seconds: Double, reps: Int, window: Int) async throws {
         if name == limitName {
             let (_, result) = try await limitRow(seconds: seconds, reps: reps)
             printNow(String(format: "RESULT name=%@ rate=%.1f p50_ms=%.3f p99_ms=%.3f affinity=%d", name, result.rate, result.p50, result.p99, PoolProbe.affinityCPUs()))
@@ -352,12 +352,11 @@ enum IssuanceBench {
         let width = await PoolProbe.width()
         printNow("\(name): \(PoolProbe.describe(width))")
         let workload = try IssuanceWorkload()
-        let (result, rows) = try await withTemporaryLedger(presigning: presigning) { ca, path, ledger in
+        let (result, rows) = try await withTemporaryLedger { ca, path, ledger in
             let authority = ca(workload)
             try await workload.check(with: authority)
             let cpuBefore = cpuSeconds(), wallBefore = nowNanoseconds(), writtenBefore = bytesWritten()
             let commitsBefore = ledger.commitStatistics
-            let presignedBefore = authority.authority.presigner?.statistics ?? .init()
             var result = try await IssuanceDriver.measure(name: name, window: window, seconds: seconds, reps: reps) { i in
                 _ = try await workload.issue(i, with: authority)
             }
@@ -367,17 +366,9 @@ enum IssuanceBench {
             let written = Double(bytesWritten() - writtenBefore) / 1024 / Double(max(result.issued, 1))
             let commits = ledger.commitStatistics
             let perCommit = Double(commits.requests - commitsBefore.requests) / Double(max(commits.batches - commitsBefore.batches, 1))
-            // The share of signatures made from a nonce computed beforehand (P256Presigner).
-            let presigned = authority.authority.presigner?.statistics ?? .init()
-            let used = presigned.used - presignedBefore.used, signatures = presigned.signatures - presignedBefore.signatures
-            // Nonces computed per signature (above 1: pairs computed and not used in the run, or
-            // computed and dropped because the store was full), and the batches signers computed.
-            let computed = presigned.presigned - presignedBefore.presigned, refills = presigned.refills - presignedBefore.refills
             result.notes = String(
-                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f presigned_pct=%.0f nonces_per_signature=%.2f refills_pct=%.0f",
-                1e6 * cpu / Double(max(result.issued, 1)), 100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit,
-                100 * Double(used) / Double(max(signatures, 1)), Double(computed) / Double(max(signatures, 1)),
-                100 * Double(refills * P256Presigner.batchSize) / Double(max(computed, 1)))
+                format: "cpu_us=%.0f busy=%.0f written_kib=%.1f per_commit=%.1f",
+                1e6 * cpu / Double(max(result.issued, 1)), 100 * cpu / wall / Double(max(PoolProbe.affinityCPUs(), 1)), written, perCommit)
             return (result, try countRows(sqlitePath: path))
         }
         // The check's certificate, then every one the driver issued.
@@ -389,10 +380,9 @@ enum IssuanceBench {
     }
 
     /// A durable SQLite ledger (synchronous=FULL, as shipped) in a new temporary directory,
-    /// removed afterwards; `body` gets a maker of CAs on it and the file's path (`presigning: false`:
-    /// CAs that sign every certificate whole, without ``P256Presigner``'s nonces).
+    /// removed afterwards; `body` gets a maker of CAs on it and the file's path.
     static func withTemporaryLedger<T>(
-        presigning: Bool = true, _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String, _ ledger: SQLiteLedger) async throws -> T
+        _ body: (_ ca: (IssuanceWorkload) -> PeerCertificateAuthority, _ path: String, _ ledger: SQLiteLedger) async throws -> T
     ) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-issuance-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -400,7 +390,7 @@ enum IssuanceBench {
         let path = dir.appendingPathComponent("ledger.sqlite").path
         let ledger = try SQLiteLedger(path: path)
         return try await body(
-            { PeerCertificateAuthority(authority: presigning ? $0.material.authority : $0.material.authority.withoutPresigning, policy: $0.policy, ledger: ledger) },
+            { PeerCertificateAuthority(authority: $0.material.authority, policy: $0.policy, ledger: ledger) },
             path, ledger)
     }
 

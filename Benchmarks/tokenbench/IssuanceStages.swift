@@ -15,9 +15,8 @@ enum IssuanceStages {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tokenbench-stages-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        // Without the presigner: leaf.make is the whole signature; the presigned one has its own stage below.
         let ca = PeerCertificateAuthority(
-            authority: workload.material.authority.withoutPresigning, policy: workload.policy,
+            authority: workload.material.authority, policy: workload.policy,
             ledger: try SQLiteLedger(path: directory.appendingPathComponent("ledger.sqlite").path))
         let n = IssuanceWorkload.count
         let tokens = workload.tokens
@@ -96,32 +95,6 @@ enum IssuanceStages {
             ])
             let m = measure(count: 1, seconds: seconds, reps: reps) { _ in reply.compactBytes.count > 400_000 }
             printNow(listingName.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", m.nanosecondsPerToken / 1000))
-        }
-        // A signature from a nonce computed beforehand (P256Presigner), as the CA makes one when
-        // the presigner has one ready: passes of a quarter of the presigner's capacity (its thread,
-        // woken at half, stays asleep), each after the presigner has filled up again, which is not
-        // timed.
-        let presignedName = "sign (presigned nonce, P-256)"
-        if selected(presignedName) {
-            guard let presigner = workload.material.authority.presigner else { throw BenchError("the workload's CA has no presigner") }
-            let digests = leaves.map { leaf in
-                var digest = [UInt8](repeating: 0, count: 32)
-                _ = tt_sha2(32, leaf, leaf.count, &digest)
-                return digest
-            }
-            var passes: [Double] = []
-            let deadline = nowNanoseconds() + UInt64(seconds * Double(reps) * 1e9)
-            while nowNanoseconds() < deadline || passes.count < 5 {
-                guard await presigner.fill(atLeast: P256Presigner.defaultCapacity, timeout: 10) else { throw BenchError("the presigner did not fill in 10 s") }
-                let t0 = nowNanoseconds()
-                let pass = P256Presigner.defaultCapacity / 4
-                for i in 0..<pass {
-                    guard digests[i % n].withUnsafeBytes({ presigner.sign(digest: $0) }) != nil else { throw BenchError("a presigned signature failed") }
-                }
-                passes.append(Double(nowNanoseconds() - t0) / Double(pass))
-            }
-            passes.sort()
-            printNow(presignedName.padding(toLength: 40, withPad: " ", startingAt: 0) + String(format: "%9.2f", passes[passes.count / 2] / 1000))
         }
         // The ledger: 64 writers recording the certificates above (fresh serials) through the
         // group commit, durable; CPU of the whole process per record (writer thread, SQLite,

@@ -62,10 +62,7 @@ struct TokenBench: AsyncParsableCommand {
     @Option(help: .hidden)
     var issuanceChild: String?
 
-    @Flag(help: "With --issuance: the library rows sign every certificate whole, without the nonces the CA computes while the CPU is idle (P256Presigner), for a before/after comparison.")
-    var noPresign = false
-
-    @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, a signature from a presigned nonce, reply PEM and JSON; and a 20,000-serial logout reply, one call), without the ledger: where the time the limit row does not spend goes.")
+    @Flag(help: "Time each step of one issuance on one thread (token verify, CSR PEM/DER/signature, certificate build and sign, reply PEM and JSON; and a 20,000-serial logout reply, one call), without the ledger: where the time the limit row does not spend goes.")
     var issuanceStages = false
 
     @Option(help: "Cost as the ledger grows: for each row count (comma-separated; 1M, 10M, 500k accepted), fill the ledger to it with synthetic rows, then issue (in a child tokenbench that opens the ledger as filled) for --seconds × --reps on both cores and print certificates/s, p50/p99, RSS and the ledger's size.")
@@ -82,7 +79,7 @@ struct TokenBench: AsyncParsableCommand {
 
     func run() async throws {
         if let issuanceChild {
-            try await IssuanceBench.runChild(name: issuanceChild, seconds: seconds, reps: reps, window: window, presigning: !noPresign)
+            try await IssuanceBench.runChild(name: issuanceChild, seconds: seconds, reps: reps, window: window)
             return
         }
         if issuanceStages {
@@ -90,11 +87,11 @@ struct TokenBench: AsyncParsableCommand {
             return
         }
         if let issuancePairs {
-            try await IssuanceBench.runPairs(issuancePairs, seconds: seconds, window: window, presigning: !noPresign)
+            try await IssuanceBench.runPairs(issuancePairs, seconds: seconds, window: window)
             return
         }
         if issuance {
-            try await IssuanceBench.run(seconds: seconds, reps: reps, window: window, presigning: !noPresign, selected: selected, json: json)
+            try await IssuanceBench.run(seconds: seconds, reps: reps, window: window, selected: selected, json: json)
             return
         }
         if ledgerGrowthChild {

@@ -6,6 +6,7 @@ import HummingbirdTLS
 public import Logging
 import Metrics
 import NIOCore
+import NIOHTTPTypes
 import NIOSSL
 import PeerCA
 import PeerCAPostgres
@@ -15,9 +16,9 @@ public import UnixSignals
 import TokenKit
 
 /// The HTTP service around a ``TokenService``: its endpoints as Hummingbird 2 routes
-/// (``router(_:metrics:)``, ``application(_:logger:metrics:onRunning:)``), and the lean SwiftNIO
-/// server `tokentool serve` runs (``serviceGroup(_:logger:signals:metrics:onRunning:)``), both
-/// from one table of endpoints.
+/// (``router(_:metrics:)``), and the Hummingbird application that serves them
+/// (``application(_:logger:metrics:onRunning:)``, ``serviceGroup(_:logger:signals:metrics:onRunning:)``):
+/// what `tokentool serve` runs is what a program embeds.
 ///
 /// | endpoint | what |
 /// |---|---|
@@ -34,6 +35,15 @@ import TokenKit
 /// | `POST /v1/ocsp` | OCSP (DER request → DER response) |
 /// | `GET /healthz` | `ok` |
 /// | `GET /metrics` | Prometheus text (when the program gives a registry) |
+///
+/// At the edge, from Hummingbird and this module's router and channel handler: HEAD is GET
+/// without the body; a method a path does not take is 405 with `Allow`; a body declared over
+/// `limits.maxBodyBytes` is 413 before it is read (and the connection closed), one that grows past
+/// it while read is 413 too; a transfer coding other than `chunked` is 501; a body still arriving
+/// after three idle timeouts is 408; `Expect: 100-continue` is answered before the body;
+/// keep-alive and pipelined requests (answered in order); a connection silent for the idle
+/// timeout is closed; at most `limits.maxConnections` open at once (accepting pauses past it);
+/// graceful shutdown; HTTPS, with a client certificate optional (renewal).
 public enum TokenHTTPServer {
     /// The router with every endpoint, each request counted (`tokenserver_requests_total`, by
     /// endpoint and status). `/metrics` shows `metrics` (the registry the program bootstrapped
@@ -45,8 +55,13 @@ public enum TokenHTTPServer {
 
     /// ``router(_:metrics:)`` whose request counts go to `metricsFactory` (tests give their own).
     static func router(_ service: TokenService, metrics: PrometheusCollectorRegistry?, metricsFactory: any MetricsFactory) -> CountedRouter {
-        let endpoints = ServiceEndpoints(service, metrics: metrics, counters: RequestCounters(factory: metricsFactory))
-        let router = Router(context: TokenRequestContext.self)
+        router(ServiceEndpoints(service, metrics: metrics, counters: RequestCounters(factory: metricsFactory)))
+    }
+
+    /// The router of a table of endpoints (tests give their own table).
+    static func router(_ endpoints: ServiceEndpoints) -> CountedRouter {
+        // HEAD: each GET route's answer without its body (a load balancer's HEAD /healthz).
+        let router = Router(context: TokenRequestContext.self, options: .autoGenerateHeadEndpoints)
         for endpoint in endpoints.endpoints {
             router.on(RouterPath(endpoint.path), method: endpoint.method == .get ? .get : .post) { request, context -> Response in
                 let body = endpoint.readsBody ? try await collect(request, within: endpoints) : []
@@ -58,11 +73,31 @@ public enum TokenHTTPServer {
         return CountedRouter(router: router, endpoints: endpoints)
     }
 
+    /// The request's body, up to the endpoints' limit, within their read timeout: a body declared
+    /// too large is refused before anything of it is read, and one that grows past the limit as it
+    /// is read is refused then (413, the connection closed); one still arriving at the read
+    /// timeout is 408 (closed).
     static func collect(_ request: Request, within endpoints: ServiceEndpoints) async throws -> [UInt8] {
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > endpoints.maxBody {
+            throw ServiceHTTPError(endpoints.bodyTooLarge, close: true)
+        }
+        let limit = endpoints.maxBody, body = request.body
         do {
-            return Array(try await request.body.collect(upTo: endpoints.maxBody).readableBytesView)
+            return try await withThrowingTaskGroup(of: [UInt8]?.self) { group in
+                group.addTask { Array(try await body.collect(upTo: limit).readableBytesView) }
+                group.addTask {
+                    try await Task.sleep(for: endpoints.readTimeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let bytes = first else {
+                    let seconds = endpoints.readTimeout.components.seconds
+                    throw ServiceHTTPError(.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s"), close: true)
+                }
+                return bytes
+            }
         } catch is NIOTooManyBytesError {
-            throw ServiceHTTPError(endpoints.bodyTooLarge)
+            throw ServiceHTTPError(endpoints.bodyTooLarge, close: true)
         }
     }
 
@@ -94,20 +129,40 @@ public enum TokenHTTPServer {
     static func idleTimeout(_ service: TokenService) -> Int64 { Int64(max(service.configuration.requestTimeout, 5)) }
 
     /// The service as a Hummingbird application listening where the configuration says (HTTPS
-    /// when `tls` is set), for a program that adds routes of its own; `onRunning` receives the
-    /// bound port. `tokentool serve` runs ``serviceGroup(_:logger:signals:metrics:onRunning:)``
-    /// instead, whose server answers the same endpoints at less cost a request.
+    /// when `tls` is set), with the edge behaviour described on this type; `onRunning` receives
+    /// the bound port. Run it in a `ServiceGroup` beside ``TokenService/services``, or use
+    /// ``serviceGroup(_:logger:signals:metrics:onRunning:)``, which does.
     public static func application(
         _ service: TokenService, logger: Logger, metrics: PrometheusCollectorRegistry? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
+        try makeApplication(service, logger: logger, router: router(service, metrics: metrics), onRunning: onRunning)
+    }
+
+    /// The application of ``application(_:logger:metrics:onRunning:)`` around `router`
+    /// (`idleTimeout`: tests give a shorter one than the configuration's).
+    static func makeApplication(
+        _ service: TokenService, logger: Logger, router: CountedRouter, idleTimeout: TimeAmount? = nil,
+        onRunning: @escaping @Sendable (Int) async -> Void
+    ) throws -> Application<CountingResponder> {
         let configuration = service.configuration
-        let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: .seconds(idleTimeout(service))))
-        let server: HTTPServerBuilder = try tlsConfiguration(service).map { try .tls(http1, tlsConfiguration: $0) } ?? http1
+        let maxBody = configuration.maxBodyBytes
+        let idle = idleTimeout ?? .seconds(Self.idleTimeout(service))
+        let http1 = HTTPServerBuilder.http1(configuration: .init(additionalChannelHandlers: [EdgeHandler(maxBody: maxBody)], idleTimeout: idle))
+        var server = http1
+        if let tls = try tlsConfiguration(service) { server = try usableTLS { try .tls(http1, tlsConfiguration: tls) } }
+        let scheme = configuration.tls == nil ? "http" : "https"
+        let host = configuration.listen.host
         var application = Application(
-            router: router(service, metrics: metrics), server: server,
-            configuration: ApplicationConfiguration(address: .hostname(configuration.listen.host, port: configuration.listen.port), serverName: "tokentool"),
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? configuration.listen.port) },
+            router: router, server: server,
+            configuration: ApplicationConfiguration(
+                address: .hostname(host, port: configuration.listen.port), serverName: "tokentool", backlog: 256,
+                availableConnectionsDelegate: MaximumAvailableConnections(max(1, configuration.maxConnections), logger: logger)),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? configuration.listen.port
+                service.listening(at: "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)")
+                await onRunning(port)
+            },
             logger: logger)
         // The ledger's tables exist before the first request (its pool runs in the same group).
         application.beforeServerStarts { try await service.prepare() }
@@ -115,46 +170,90 @@ public enum TokenHTTPServer {
     }
 
     /// Everything `tokentool serve` runs, as one `ServiceGroup`: the service's own services (a
-    /// PostgreSQL ledger's connection pool) first, then the HTTP server (every endpoint of
-    /// ``router(_:metrics:)``, served by SwiftNIO's HTTP/1.1 codec and one channel handler, HTTPS
-    /// when `tls` is set). Graceful shutdown (on `signals`, or `triggerGracefulShutdown()`) stops
-    /// the server first — it stops accepting, closes idle connections, and requests in flight
-    /// finish — then the ledger. `metrics` is what `/metrics` shows (see ``router(_:metrics:)``);
-    /// `onRunning` receives the bound port. A configuration error (`tls`) is thrown here; a port
-    /// that cannot be bound, by the group's `run()` (NIO's `IOError`, with its errno).
+    /// PostgreSQL ledger's connection pool) first, then the application of
+    /// ``application(_:logger:metrics:onRunning:)``. Graceful shutdown (on `signals`, or
+    /// `triggerGracefulShutdown()`) stops the server first — it stops accepting, closes idle
+    /// connections, and requests in flight finish — then the ledger. `metrics` is what `/metrics`
+    /// shows (see ``router(_:metrics:)``); `onRunning` receives the bound port. A configuration
+    /// error (`tls`) is thrown here; a port that cannot be bound, by the group's `run()` (NIO's
+    /// `IOError`, with its errno).
     public static func serviceGroup(
         _ service: TokenService, logger: Logger, signals: [UnixSignal] = [], metrics: PrometheusCollectorRegistry? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> ServiceGroup {
-        let configuration = service.configuration
-        let scheme = configuration.tls == nil ? "http" : "https"
-        let host = configuration.listen.host
-        let tls = try tlsConfiguration(service).map { configuration in try usableTLS { try NIOSSLContext(configuration: configuration) } }
-        let server = ServiceHTTPServer(
-            endpoints: ServiceEndpoints(service, metrics: metrics, counters: RequestCounters(factory: MetricsSystem.factory)),
-            host: host, port: configuration.listen.port, tls: tls, idleTimeout: .seconds(idleTimeout(service)),
-            maxConnections: configuration.maxConnections, logger: logger,
-            beforeStart: { try await service.prepare() },
-            onRunning: { port in
-                service.listening(at: "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)")
-                await onRunning(port)
-            })
-        return ServiceGroup(configuration: .init(services: service.services + [server], gracefulShutdownSignals: signals, logger: logger))
+        let application = try makeApplication(service, logger: logger, router: router(service, metrics: metrics), onRunning: onRunning)
+        return ServiceGroup(configuration: .init(services: service.services + [application], gracefulShutdownSignals: signals, logger: logger))
     }
 }
 
 extension ServiceResponse {
-    var http: Response {
+    /// The answer as Hummingbird's response; `close`: the connection ends after it.
+    func http(close: Bool) -> Response {
         var headers: HTTPFields = [.contentType: contentType]
         headers[.cacheControl] = "no-store"
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        if close { headers[.connection] = "close" }
         return Response(status: HTTPResponse.Status(code: status), headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
     }
+
+    var http: Response { http(close: false) }
 }
 
-/// A ``ServiceResponse`` thrown from a route (body too large).
+/// A ``ServiceResponse`` thrown from a route or the responder (a body too large or too slow, a
+/// transfer coding not supported), and whether the connection ends after it.
 struct ServiceHTTPError: HTTPResponseError {
     let serviceResponse: ServiceResponse
-    init(_ response: ServiceResponse) { serviceResponse = response }
+    let close: Bool
+    init(_ response: ServiceResponse, close: Bool = false) {
+        serviceResponse = response
+        self.close = close
+    }
     var status: HTTPResponse.Status { HTTPResponse.Status(code: serviceResponse.status) }
-    func response(from request: Request, context: some RequestContext) throws -> Response { serviceResponse.http }
+    func response(from request: Request, context: some RequestContext) throws -> Response { serviceResponse.http(close: close) }
+}
+
+/// The two things at the edge that Hummingbird's HTTP/1.1 channel leaves to the application, as a
+/// channel handler between its codec and its connection handler:
+/// - `Expect: 100-continue` is answered `100 Continue` before the body is read (curl waits a
+///   second for it before sending a body over 1 KiB), unless the body declared is over the limit:
+///   then the final answer, 413, comes instead;
+/// - an answer that says `Connection: close` (413, 408, 501) closes the connection once it is
+///   written: the client's remaining bytes are not read.
+final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    private let maxBody: Int
+    private var closeAfterAnswer = false
+
+    init(maxBody: Int) { self.maxBody = maxBody }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(let head) = unwrapInboundIn(data), head.headerFields[.expect]?.lowercased() == "100-continue" {
+            let declared = head.headerFields[.contentLength].flatMap { Int($0) } ?? 0
+            if declared <= maxBody {
+                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
+            }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head) where head.status.kind != .informational:
+            closeAfterAnswer = head.headerFields[.connection]?.lowercased() == "close"
+            context.write(data, promise: promise)
+        case .end where closeAfterAnswer:
+            closeAfterAnswer = false
+            let channel = context.channel
+            context.writeAndFlush(data).whenComplete { result in
+                promise?.completeWith(result)
+                channel.close(promise: nil)
+            }
+        default:
+            context.write(data, promise: promise)
+        }
+    }
 }

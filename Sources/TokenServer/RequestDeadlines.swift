@@ -67,10 +67,9 @@ final class RequestDeadlines: Sendable {
                     return !state.watching
                 }
                 if startWatchdog { Task.detached { await self.watch() } }
-                // On the request's executor (the connection's event loop under `tokentool serve`).
-                let work = Task(executorPreference: RequestExecutor.current) {
-                    // Work that starts after its deadline (queued behind other work on its
-                    // executor, under overload) is not done: its request was answered already.
+                let work = Task {
+                    // Work that starts after its deadline (queued behind other work, under
+                    // overload) is not done: its request was answered already.
                     let response = Task.isCancelled ? (timedOut ?? self.timeoutAnswer) : await operation()
                     self.state.withLock { $0.pending.removeValue(forKey: id) }?.answer.resume(returning: response)
                 }

@@ -4,7 +4,7 @@ import PeerCA
 import PeerCAPostgres
 import Prometheus
 
-/// One request as the service's endpoints see it, whichever HTTP front end read it: the body
+/// One request as the service's endpoints see it: the body
 /// (already within `limits.maxBodyBytes`), the two headers an endpoint reads, and the certificate
 /// the client presented over mutual TLS, read only by the endpoint that wants it.
 struct ServiceRequest: Sendable {
@@ -28,27 +28,22 @@ struct ServiceEndpoint: Sendable {
     let path: String
     /// The `endpoint` dimension of the request counter.
     let name: String
-    /// Whether `tokentool serve` runs its work on the connection's event loop (see
-    /// ``LoopTaskExecutor``): yes for the endpoints whose work is short and bounded per request;
-    /// no for those whose work grows with the ledger or the CA key (the CRL sorts and signs every
-    /// revoked serial; an OCSP answer with a nonce is signed each time, ≈ 1 ms with an RSA CA
-    /// key), which stay on Swift's global pool so that a burst of them does not hold a loop's
-    /// other connections.
-    var onLoop = true
     let respond: @Sendable (ServiceRequest) async -> ServiceResponse
 
     /// A POST reads its body; a GET has none.
     var readsBody: Bool { method == .post }
 }
 
-/// Every endpoint of a ``TokenService``, in one table that both HTTP front ends serve: the
-/// Hummingbird router (``TokenHTTPServer/router(_:metrics:)``, for embedding) and the server
-/// `tokentool serve` runs (``TokenHTTPServer/serviceGroup(_:logger:signals:metrics:onRunning:)``).
-/// Routes, deadlines, body limits and request counts are defined here once.
+/// Every endpoint of a ``TokenService``, in one table, which the Hummingbird router
+/// (``TokenHTTPServer/router(_:metrics:)``) serves — embedded in a program, and in `tokentool
+/// serve`. Routes, deadlines, body limits and request counts are defined here once.
 struct ServiceEndpoints: Sendable {
     let endpoints: [ServiceEndpoint]
     /// The largest body a request may carry (`limits.maxBodyBytes`).
     let maxBody: Int
+    /// How long a request's body may take to arrive, however steadily it trickles: three idle
+    /// timeouts (a byte a second would otherwise hold a connection without end). Past it: 408.
+    var readTimeout: Duration = .seconds(15)
     /// The request counters (`tokenserver_requests_total`).
     let counters: RequestCounters
     private let byPath: [String: ServiceEndpoint]
@@ -82,16 +77,14 @@ struct ServiceEndpoints: Sendable {
         // work cancelled; the answer does not wait for the work to stop (RequestDeadlines).
         let deadlines = RequestDeadlines(.milliseconds(Int64(service.configuration.requestTimeout * 1000)))
         func post(
-            _ path: String, _ name: String, timedOut: ServiceResponse? = nil, onLoop: Bool = true,
+            _ path: String, _ name: String, timedOut: ServiceResponse? = nil,
             _ respond: @escaping @Sendable (ServiceRequest) async -> ServiceResponse
         ) -> ServiceEndpoint {
-            ServiceEndpoint(method: .post, path: path, name: name, onLoop: onLoop) { request in await deadlines.run(timedOut: timedOut) { await respond(request) } }
+            ServiceEndpoint(method: .post, path: path, name: name) { request in await deadlines.run(timedOut: timedOut) { await respond(request) } }
         }
         // GETs answer from memory, except the CRL, which reads the ledger: it has the deadline.
-        func get(
-            _ path: String, _ name: String, deadline: Bool = false, onLoop: Bool = true, _ respond: @escaping @Sendable () async -> ServiceResponse
-        ) -> ServiceEndpoint {
-            ServiceEndpoint(method: .get, path: path, name: name, onLoop: onLoop) { _ in deadline ? await deadlines.run { await respond() } : await respond() }
+        func get(_ path: String, _ name: String, deadline: Bool = false, _ respond: @escaping @Sendable () async -> ServiceResponse) -> ServiceEndpoint {
+            ServiceEndpoint(method: .get, path: path, name: name) { _ in deadline ? await deadlines.run { await respond() } : await respond() }
         }
         // OCSP clients read an OCSP response: past the deadline, `tryLater`.
         let ocspTryLater = ServiceResponse(status: 200, contentType: "application/ocsp-response", body: PeerCertificateAuthority.ocspTryLater)
@@ -106,8 +99,8 @@ struct ServiceEndpoints: Sendable {
             get("/.well-known/openid-configuration", "discovery") { service.discoveryDocument() },
             get("/.well-known/jwks.json", "jwks") { service.publishedKeys() },
             get("/v1/ca", "ca") { ServiceResponse(status: 200, contentType: "application/x-pem-file", body: Array(service.caPEM.utf8)) },
-            get("/v1/crl", "crl", deadline: true, onLoop: false) { await service.crl() },
-            post("/v1/ocsp", "ocsp", timedOut: ocspTryLater, onLoop: false) { await service.ocsp($0.body) },
+            get("/v1/crl", "crl", deadline: true) { await service.crl() },
+            post("/v1/ocsp", "ocsp", timedOut: ocspTryLater) { await service.ocsp($0.body) },
             get("/healthz", "healthz") { ServiceResponse(status: 200, contentType: "text/plain; charset=utf-8", body: Array("ok\n".utf8)) },
         ]
         if let metrics {
@@ -115,15 +108,26 @@ struct ServiceEndpoints: Sendable {
             endpoints.append(get("/metrics", "metrics") { scrape.response() })
         }
         self.init(endpoints: endpoints, maxBody: service.configuration.maxBodyBytes, counters: counters)
+        readTimeout = .seconds(3 * TokenHTTPServer.idleTimeout(service))
+    }
+
+    /// The path a request target names, as the router matches it and as requests are counted:
+    /// without its query, and without empty segments (`//v1/ca`, `/healthz/`).
+    static func routePath(_ target: String) -> String {
+        var path = Substring(target)
+        if let query = path.firstIndex(of: "?") { path = path[..<query] }
+        if path.contains("//") || (path.count > 1 && path.hasSuffix("/")) {
+            return "/" + path.split(separator: "/").joined(separator: "/")
+        }
+        return String(path)
     }
 }
 
-/// `GET /metrics`: the registry's text, with the ledger's group commit, the SQLite writer's
-/// priority and page-cache layer, and the CA's presigning read at each scrape.
+/// `GET /metrics`: the registry's text, with the ledger's group commit read at each scrape.
 private struct MetricsScrape: Sendable {
     let service: TokenService
     let registry: PrometheusCollectorRegistry
-    let commits, committed, largest, withdrawn, raised, refused, pageCacheInstalled, pageCacheSkipped, presigned, refills, whole: Gauge
+    let commits, committed, largest, withdrawn: Gauge
     let sessionsAge, sessionsFailures: Gauge
     /// The issuer's key directory (only with an issuer configured).
     let issuerKeysAge, issuerReloadFailures: Gauge?
@@ -141,21 +145,6 @@ private struct MetricsScrape: Sendable {
         // Certificates withdrawn before their transaction began because their request's work was
         // cancelled (its deadline passed): not recorded, their tokens unused.
         withdrawn = gauge("tokenserver_ledger_withdrawn", "Certificates withdrawn before their transaction began because their request was cancelled (its deadline passed): not recorded")
-        // SQLite ledgers' batches written at a raised priority in this process, and whether the
-        // kernel refused to raise it (1: batches are written at the thread's own priority;
-        // CAP_SYS_NICE or an RLIMIT_NICE of 30 allows it).
-        raised = gauge("tokenserver_ledger_writer_raised_batches", "SQLite ledger batches written at a raised thread priority")
-        refused = gauge("tokenserver_ledger_writer_raise_refused", "1 when the kernel refused to raise the SQLite ledger writer's priority")
-        // The layer over SQLite's page cache (CSQLiteWAL): 1 when installed in this process, and
-        // the cache truncations it skipped (each commit's, when no page lies past the end).
-        pageCacheInstalled = gauge("tokenserver_sqlite_pagecache_installed", "1 when the layer that skips SQLite page-cache truncations with nothing to drop is installed")
-        pageCacheSkipped = gauge("tokenserver_sqlite_pagecache_skipped_truncations", "SQLite page-cache truncations skipped because no cached page lay past the limit")
-        // The CA's signatures made from a nonce computed beforehand, the batches of nonces
-        // signatures computed themselves because none was ready, and the signatures made whole
-        // (a P-256 issuing key; none otherwise).
-        presigned = gauge("tokenserver_ca_presigned_signatures", "CA signatures finished from a nonce computed beforehand (by the idle-time thread, or in a batch)")
-        refills = gauge("tokenserver_ca_presign_refills", "Batches of nonces computed by a CA signature that found none ready")
-        whole = gauge("tokenserver_ca_whole_signatures", "CA signatures (P-256 issuing key) made whole: the presigning thread held its lock, or no nonce could be computed")
         // The ended-sessions list: how long since it last reflected the ledger (-1: never), and
         // the reloads that failed or went unanswered (the list stayed as it was).
         sessionsAge = gauge("tokenserver_sessions_list_age_seconds", "Seconds since the ended-sessions list was last loaded from the ledger (-1: never)")
@@ -174,23 +163,12 @@ private struct MetricsScrape: Sendable {
             largest.set(Int64(statistics.largestBatch))
             withdrawn.set(Int64(statistics.withdrawn))
         }
-        let boost = SQLiteLedger.writerBoostCounters
-        raised.set(boost.boosted)
-        refused.set(Int64(boost.state == .refused ? 1 : 0))
-        let pageCache = SQLiteLedger.pageCacheCounters
-        pageCacheInstalled.set(Int64(pageCache.state == .installed ? 1 : 0))
-        pageCacheSkipped.set(pageCache.skipped)
         let sessions = service.sessions.statistics
         sessionsAge.set(sessions.loadedAt.map { (ContinuousClock.now - $0) / .seconds(1) } ?? -1)
         sessionsFailures.set(Int64(sessions.failures))
         if let reloads = service.issuer?.reloadStatistics {
             issuerKeysAge?.set((ContinuousClock.now - reloads.loadedAt) / .seconds(1))
             issuerReloadFailures?.set(Int64(reloads.failures))
-        }
-        if let statistics = service.ca.authority.presigner?.statistics {
-            presigned.set(Int64(statistics.used))
-            refills.set(Int64(statistics.refills))
-            whole.set(Int64(statistics.missed + statistics.busy))
         }
         return ServiceResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
     }

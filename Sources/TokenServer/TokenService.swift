@@ -12,6 +12,16 @@ public struct ServiceResponse: Sendable {
     public let status: Int
     public let contentType: String
     public let body: [UInt8]
+    /// Seconds a client should wait before trying again (`Retry-After`), on a 503 that a retry
+    /// may get past: the ledger could not record, keys could not be fetched.
+    public var retryAfter: Int?
+
+    public init(status: Int, contentType: String, body: [UInt8], retryAfter: Int? = nil) {
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+        self.retryAfter = retryAfter
+    }
 
     static func json(_ status: Int, _ value: JSONValue) -> ServiceResponse {
         json(status, bytes: value.compactBytes)
@@ -24,6 +34,15 @@ public struct ServiceResponse: Sendable {
 
     static func error(_ status: Int, _ code: String, _ message: String) -> ServiceResponse {
         json(status, .object(["error": .object(["code": .string(code), "message": .string(message)])]))
+    }
+
+    /// 503 `ledger_unavailable`, `Retry-After: 1`: the ledger could not record or read (a full
+    /// disk, an I/O error, PostgreSQL out of reach). Nothing was handed out that is not recorded;
+    /// the same request can be sent again.
+    static func ledgerUnavailable(_ error: PeerCAError) -> ServiceResponse {
+        var response = ServiceResponse.error(503, "ledger_unavailable", "the ledger cannot record or read now; try again (\(error.message))")
+        response.retryAfter = 1
+        return response
     }
 }
 
@@ -282,6 +301,9 @@ public final class TokenService: Sendable {
             switch error.code {
             case .invalidCSR, .badCSRSignature, .unsupportedKey: status = 400
             case .policyViolation, .tokenReused, .tokenExpired, .factorRequired, .acrNotAccepted, .signInTooOld: status = 403
+            case .ledger:
+                logger.error("issuance refused: the ledger cannot record", metadata: ["error": "\(error.message)"])
+                return .ledgerUnavailable(error)
             default:
                 logger.error("issuance failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
                 status = 500
@@ -335,6 +357,9 @@ public final class TokenService: Sendable {
             case .invalidCSR, .badCSRSignature, .unsupportedKey: status = 400
             case .untrustedPeer: status = 401
             case .revoked, .tokenExpired, .sessionExpired, .policyViolation: status = 403
+            case .ledger:
+                logger.error("renewal refused: the ledger cannot record", metadata: ["error": "\(error.message)"])
+                return .ledgerUnavailable(error)
             default:
                 logger.error("renewal failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
                 status = 500
@@ -378,6 +403,7 @@ public final class TokenService: Sendable {
             ]))
         } catch {
             logger.error("ending sessions failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
+            if error.code == .ledger { return .ledgerUnavailable(error) }
             return .error(error.code == .invalidRequest ? 400 : 500, error.code.rawValue, error.message)
         }
     }
@@ -428,6 +454,7 @@ public final class TokenService: Sendable {
                 if let revokedAt { reply["revokedAt"] = .string(ISO8601Text.string(revokedAt)) }
                 return .json(200, .object(reply))
             } catch {
+                if error.code == .ledger { return .ledgerUnavailable(error) }
                 return .error(error.code == .notFound ? 404 : 500, error.code.rawValue, error.message)
             }
         case (nil, let account?):
@@ -447,6 +474,7 @@ public final class TokenService: Sendable {
     public func crl() async -> ServiceResponse {
         do { return ServiceResponse(status: 200, contentType: "application/pkix-crl", body: try await ca.crl()) } catch {
             logger.error("CRL failed", metadata: ["error": "\(error)"])
+            if error.code == .ledger { return .ledgerUnavailable(error) }
             return .error(500, error.code.rawValue, "the CRL could not be made")
         }
     }

@@ -17,36 +17,6 @@ private final class Gate: Sendable {
     func open() { continuation.finish() }
 }
 
-/// A serial dispatch queue as a task executor, that knows when it is the current one.
-private final class QueueExecutor: TaskExecutor, @unchecked Sendable {
-    private let queue = DispatchQueue(label: "GroupCommitTests.QueueExecutor")
-    private let key = DispatchSpecificKey<Bool>()
-    init() { queue.setSpecific(key: key, value: true) }
-    var isCurrent: Bool { DispatchQueue.getSpecific(key: key) == true }
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job), executor = asUnownedTaskExecutor()
-        queue.async { job.runSynchronously(on: executor) }
-    }
-}
-
-/// A task executor whose jobs run only when the test says, in the order they were queued: what
-/// a queue of jobs on an event loop looks like, without the loop's timing.
-private final class ManualExecutor: TaskExecutor, @unchecked Sendable {
-    private let jobs = Mutex<[UnownedJob]>([])
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        jobs.withLock { $0.append(job) }
-    }
-    /// Runs the first queued job on this thread; false when none was queued.
-    @discardableResult func runOne() -> Bool {
-        guard let job = jobs.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { return false }
-        job.runSynchronously(on: asUnownedTaskExecutor())
-        return true
-    }
-    /// Runs queued jobs, and those they queue, until none is left.
-    func runUntilIdle() { while runOne() {} }
-}
-
 /// Polls `condition` every millisecond for up to 120 s (a condition that never holds fails the test;
 /// each test releases what its writers wait on when this throws, so it does not hang either).
 ///
@@ -104,46 +74,6 @@ struct GroupCommitTests {
         #expect(Set(written.last ?? []) == Set(1...9), "the nine waiting requests go in one batch")
         let statistics = commits.statistics
         #expect((statistics.batches, statistics.requests, statistics.waiting, statistics.largestBatch) == (2, 10, 0, 9))
-    }
-
-    /// The batch writer starts on the executor its first request's task prefers
-    /// (`RequestExecutor.current`; under `tokentool serve`, the connection's event loop, behind
-    /// the work the loop has queued), and on the global pool when there is none.
-    @Test func theBatchWriterRunsOnTheRequestsExecutor() async throws {
-        let queue = QueueExecutor()
-        let onQueue = Mutex<[Bool]>([])
-        let commits = GroupCommit<Int> { batch in
-            onQueue.withLock { $0.append(queue.isCurrent) }
-            return batch.map { _ in .success(()) }
-        }
-        try await Task(executorPreference: queue) {
-            try await RequestExecutor.$current.withValue(queue) { try await commits.submit(1) }
-        }.value
-        try await commits.submit(2)
-        #expect(onQueue.withLock { $0 } == [true, false])
-    }
-
-    /// On a request's executor the batch writer yields once before taking a batch: requests
-    /// queued on that executor behind the writer's first turn (on an event loop, requests it has
-    /// read and computes meanwhile) join the batch instead of waiting for the next.
-    @Test func onARequestsExecutorTheBatchWriterLetsQueuedRequestsJoinItsBatch() async throws {
-        let executor = ManualExecutor()
-        let batches = Mutex<[[Int]]>([])
-        let commits = GroupCommit<Int> { batch in
-            batches.withLock { $0.append(batch) }
-            return batch.map { _ in .success(()) }
-        }
-        func submit(_ value: Int) -> Task<Void, any Error> {
-            Task(executorPreference: executor) {
-                try await RequestExecutor.$current.withValue(executor) { try await commits.submit(value) }
-            }
-        }
-        let first = submit(0)
-        executor.runOne()  // the first request: queues the batch writer behind it
-        let more = [submit(1), submit(2)]  // queued behind the writer's first turn
-        executor.runUntilIdle()
-        for task in [first] + more { try await task.value }
-        #expect(batches.withLock { $0 } == [[0, 1, 2]])
     }
 
     @Test func batchesAreCappedAndAShortResultFailsTheRestRatherThanHang() async throws {
@@ -273,9 +203,9 @@ struct GroupCommitTests {
         let reopened = try SQLiteLedger(path: path)
         try await reopened.record(entry("4000"), claiming: nil)
         #expect(try reopened.writerPragma("synchronous") == 2)
-        // The writer checkpoints every 40,000 WAL pages, and cuts the WAL back to 192 MiB after one.
-        #expect(try reopened.writerPragma("wal_autocheckpoint") == 40_000)
-        #expect(try reopened.writerPragma("journal_size_limit") == 201_326_592)
+        // SQLite's own checkpoint every 1,000 WAL pages, and the WAL cut back to 4 MiB after one.
+        #expect(try reopened.writerPragma("wal_autocheckpoint") == 1000)
+        #expect(try reopened.writerPragma("journal_size_limit") == SQLiteLedger.walSizeLimit)
         // A 16 MiB page cache for the writer (negative: KiB), SQLite's default being 2 MiB.
         #expect(try reopened.writerPragma("cache_size") == -16_384)
     }

@@ -348,38 +348,6 @@ struct IssuanceTests {
         for position in 7..<16 { #expect(Set(draws.map { $0[position] }).count > 100, "byte \(position)") }
     }
 
-    /// The serials' random bytes: read from the kernel in 4 KiB blocks and served once each —
-    /// 20,000 draws of 9 bytes (44 refills) with no repeat and every byte value about equally
-    /// often, from several threads at once; a request over 512 bytes is served too.
-    @Test func kernelRandomBytesAreServedOnceAndUniform() async {
-        let before = KernelRandom.shared.statistics
-        let draws = await withTaskGroup(of: [[UInt8]].self) { group in
-            for _ in 0..<4 {
-                group.addTask {
-                    (0..<5_000).map { _ in
-                        var bytes = [UInt8](repeating: 0, count: 9)
-                        bytes.withUnsafeMutableBytes { KernelRandom.shared.fill($0) }
-                        return bytes
-                    }
-                }
-            }
-            return await group.reduce(into: []) { $0 += $1 }
-        }
-        #expect(Set(draws).count == 20_000)
-        // Served from /dev/random in 4 KiB blocks (other tests draw serials at the same time: at least 43 refills), never by the fallback.
-        let after = KernelRandom.shared.statistics
-        #expect(after.refills - before.refills >= 43)
-        #expect(after.fallbacks == before.fallbacks)
-        var counts = [Int](repeating: 0, count: 256)
-        for draw in draws { for byte in draw { counts[Int(byte)] += 1 } }
-        // 180,000 bytes: about 703 of each value; a fair source stays well inside 500…900.
-        #expect(counts.min() ?? 0 > 500 && counts.max() ?? .max < 900, "\(counts.min() ?? 0)…\(counts.max() ?? 0)")
-        var large = [UInt8](repeating: 0, count: 1000)
-        large.withUnsafeMutableBytes { KernelRandom.shared.fill($0) }
-        #expect(Set(large).count > 200)
-        #expect(KernelRandom.shared.statistics.fallbacks == after.fallbacks + 1)
-    }
-
     /// Hex: two lower-case digits per byte, the same text `String(format: "%02x")` gives.
     @Test func hexMatchesFormat() {
         let all = (0...255).map { UInt8($0) }

@@ -146,46 +146,4 @@ struct RequestDeadlinesTests {
         #expect((reply.status == 200 && text == "\"cancelled\"" && seen == 1) || (reply.status == 503 && seen == 0), "\(reply.status) \(text) \(seen)")
         #expect(deadlines.watched == 0)
     }
-
-    /// Work still queued on its executor when its deadline passes (`tokentool serve` runs it on the
-    /// connection's event loop, behind the loop's other work) never starts: its request has had
-    /// its 503 already, and under overload the loop would otherwise spend itself on answers
-    /// nobody reads.
-    @Test func workQueuedPastItsDeadlineNeverStarts() async throws {
-        let queue = BlockableExecutor()
-        queue.hold()  // until the request has been answered: the work cannot start before its deadline
-        let deadlines = RequestDeadlines(.milliseconds(50))
-        let ran = Cancellations()  // counts the runs here
-        let reply = await RequestExecutor.$current.withValue(queue) {
-            await deadlines.run {
-                ran.count.add(1, ordering: .relaxed)
-                return .json(200, .string("done"))
-            }
-        }
-        queue.release()
-        #expect(reply.status == 503)
-        queue.drain()  // the queued work has run (or been skipped) once this returns
-        let runs = ran.count.load(ordering: .relaxed)
-        #expect(runs == 0, "the work ran after its request was answered 503")
-    }
-}
-
-/// A serial dispatch queue as a task executor that a test can hold busy (its own thread: holding it
-/// does not take a thread from Swift's pool).
-final class BlockableExecutor: TaskExecutor, @unchecked Sendable {
-    private let queue = DispatchQueue(label: "RequestDeadlinesTests.BlockableExecutor")
-    private let gate = DispatchSemaphore(value: 0)
-
-    /// Keeps the queue busy until ``release()``: the jobs enqueued meanwhile wait.
-    func hold() { queue.async { self.gate.wait() } }
-
-    func release() { gate.signal() }
-
-    /// Returns once every job enqueued so far has run.
-    func drain() { queue.sync {} }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job), executor = asUnownedTaskExecutor()
-        queue.async { job.runSynchronously(on: executor) }
-    }
 }

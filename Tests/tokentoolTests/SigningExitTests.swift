@@ -2,12 +2,10 @@ import Foundation
 import TestSupport
 import Testing
 
-/// A command that signs with a P-256 CA key starts the CA's presigning thread (P256Presigner),
-/// which may be inside OpenSSL when the command exits; OpenSSL's clean-up at exit then crashed it
-/// (SIGSEGV, about one `ca crl` in five, when first seen). TokenKit's `COpenSSLProcess` now
-/// initialises OpenSSL without that clean-up (an exit gate around this thread's OpenSSL work did
-/// it for this thread alone before). 40 runs must all exit 0. The crash no longer shows here with
-/// neither (0 of 200 debug runs, 2026-11-27): `OpenSSLExitTests` is what checks the mechanism.
+/// A command that signs with a CA key exits while other threads may be inside OpenSSL; OpenSSL's
+/// clean-up at exit once crashed such processes (SIGSEGV, about one `ca crl` in five, when first
+/// seen). TokenKit's `COpenSSLProcess` initialises OpenSSL without that clean-up. 40 runs must all
+/// exit 0; `OpenSSLExitTests` is what checks the mechanism.
 @Suite("Commands that sign exit cleanly")
 struct SigningExitTests {
     @Test func caCRLExitsCleanlyEveryTime() throws {

@@ -22,20 +22,10 @@ public struct CertificateAuthority: Sendable {
     /// The issuing key (private).
     let issuerKey: Certificate.PrivateKey
     /// The same key as swift-crypto's P-256 key when it is one: signed with directly, without
-    /// swift-certificates' `Certificate.Signature` round trip (≈ 2 µs a certificate).
+    /// swift-certificates' `Certificate.Signature` round trip (≈ 2 µs a certificate). Every
+    /// signature is swift-crypto's whole signature, with a fresh nonce (BoringSSL's, hedged with
+    /// the key and the message); no nonce is ever computed beforehand, kept or reused.
     let p256IssuerKey: P256.Signing.PrivateKey?
-    /// The same key's nonces computed while the CPU is idle (``P256Presigner``): a signature from
-    /// one costs ≈ 0.7 µs instead of ≈ 20. Shared by the copies of this value.
-    package private(set) var presigner: P256Presigner?
-
-    /// This CA without the nonces computed beforehand: every signature is made whole when it is
-    /// asked for, and no thread is started (tokenbench's `--no-presign` baseline; a process that
-    /// must not run a background thread).
-    public var withoutPresigning: CertificateAuthority {
-        var copy = self
-        copy.presigner = nil
-        return copy
-    }
     /// The algorithm the issuing key signs with.
     public let signatureAlgorithm: Certificate.SignatureAlgorithm
 
@@ -97,10 +87,6 @@ public struct CertificateAuthority: Sendable {
 
     /// A CA from its root and issuing certificate and key. The key must match the issuing
     /// certificate, which must be a CA certificate that chains to the root.
-    ///
-    /// A P-256 issuing key signs from nonces computed while the CPU is idle, by a thread of the
-    /// lowest scheduling class that starts with the CA's first signature and stops when the last
-    /// copy of the CA is released (see "Issuance" in the README).
     public init(root: Certificate, issuer: Certificate, issuerKey: Certificate.PrivateKey) throws(PeerCAError) {
         guard issuerKey.publicKey == issuer.publicKey else {
             throw PeerCAError(.invalidCAMaterial, "the issuing key does not match the issuing certificate")
@@ -124,10 +110,8 @@ public struct CertificateAuthority: Sendable {
             let key = try? P256.Signing.PrivateKey(derRepresentation: pem.derBytes), key.publicKey.rawRepresentation == P256.Signing.PublicKey(issuer.publicKey)?.rawRepresentation
         {
             p256IssuerKey = key
-            presigner = P256Presigner(privateKey: Array(key.rawRepresentation))
         } else {
             p256IssuerKey = nil
-            presigner = nil
         }
     }
 
@@ -157,10 +141,7 @@ public struct CertificateAuthority: Sendable {
     /// issuing key: the signature's DER.
     func sign(_ bytes: [UInt8]) throws(PeerCAError) -> [UInt8] {
         if let p256IssuerKey {
-            let digest = SHA256.hash(data: bytes)
-            // A nonce computed beforehand when one is ready; otherwise the whole signature now.
-            if let presigner, let raw = digest.withUnsafeBytes({ presigner.sign(digest: $0) }) { return ECDSASignatureDER.encode(raw: raw) }
-            do { return ECDSASignatureDER.encode(raw: try p256IssuerKey.signature(for: digest).rawRepresentation) } catch {
+            do { return ECDSASignatureDER.encode(raw: try p256IssuerKey.signature(for: SHA256.hash(data: bytes)).rawRepresentation) } catch {
                 throw PeerCAError(.invalidCAMaterial, "the issuing key could not sign")
             }
         }

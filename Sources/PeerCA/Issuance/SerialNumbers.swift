@@ -7,7 +7,8 @@ public import X509
 /// Certificate serial numbers: unique, unpredictable, and in order of issuance.
 package enum SerialNumbers {
     /// 16 bytes: `0x40`, then the milliseconds since 1970 (48 bits, big-endian), then 72 random
-    /// bits from the kernel's CSPRNG (``KernelRandom``; the CA/Browser Forum asks for at least 64). Positive and
+    /// bits from the system's CSPRNG (`SystemRandomNumberGenerator`: the kernel's `getrandom`; the
+    /// CA/Browser Forum asks for at least 64). Positive and
     /// never starting with a zero byte, so the DER INTEGER is always 16 bytes long.
     ///
     /// The time prefix makes serials (and their hex, the ledger's key) grow with time, so each new
@@ -20,7 +21,8 @@ package enum SerialNumbers {
         var bytes = [UInt8](repeating: 0, count: 16)
         bytes[0] = 0x40
         for i in 0..<6 { bytes[1 + i] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * i)) }
-        bytes.withUnsafeMutableBytes { KernelRandom.shared.fill(UnsafeMutableRawBufferPointer(rebasing: $0[7..<16])) }
+        var generator = SystemRandomNumberGenerator()
+        for i in 7..<16 { bytes[i] = generator.next() }
         return Certificate.SerialNumber(bytes: bytes)
     }
 

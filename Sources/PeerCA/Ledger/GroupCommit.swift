@@ -95,11 +95,7 @@ package final class GroupCommit<Request: Sendable>: Sendable {
                 }
                 switch starts {
                 case nil: continuation.resume(returning: .failure(Self.withdrawal))
-                // On the submitter's preferred executor when it has one (`tokentool serve`: the
-                // connection's event loop, behind the work the loop has queued already).
-                case true?:
-                    let executor = RequestExecutor.current
-                    Task(executorPreference: executor) { await self.drain(yielding: executor != nil && RequestExecutor.yieldBeforeBatch) }
+                case true?: Task { await self.drain() }
                 case false?: break
                 }
             }
@@ -119,11 +115,9 @@ package final class GroupCommit<Request: Sendable>: Sendable {
         PeerCAError(.ledger, "the request was cancelled before its batch was written: nothing was recorded")
     }
 
-    /// Writes batches until nothing waits. `yielding`: before taking each batch, lets the
-    /// executor run the jobs queued on it first (see ``RequestExecutor/yieldBeforeBatch``).
-    private func drain(yielding: Bool) async {
+    /// Writes batches until nothing waits.
+    private func drain() async {
         while true {
-            if yielding { await Task.yield() }
             let batch = state.withLock { state -> [Waiting] in
                 guard !state.waiting.isEmpty else {
                     state.order.removeAll(keepingCapacity: true)  // withdrawn tickets only
@@ -153,37 +147,6 @@ package final class GroupCommit<Request: Sendable>: Sendable {
             }
         }
     }
-}
-
-/// The executor a request's work runs on, for the tasks that work starts on its behalf.
-///
-/// An unstructured task does not inherit its creator's task executor preference, so a front end
-/// that runs a request's work on an executor of its own (`tokentool serve`: the connection's event
-/// loop) sets it here too, and the tasks started for the request — ``GroupCommit``'s batch writer,
-/// the HTTP server's deadline — start there as well. Nil (the default): the global executor.
-///
-/// Where the batch writer runs decides when a batch begins. Started on an idle global pool, it
-/// began at once with the two or three certificates already waiting (2.6–2.8 a transaction under
-/// 32 HTTP connections, each flush paid by fewer requests); queued on the loop, behind the requests
-/// the loop has read, it begins once they have been computed, and a transaction took 9.5–10.4.
-/// Under steady load the queue never empties and the drain stays on the loop it started on, so
-/// every batch waits for that loop's queued work, whichever loops its requests came from: the
-/// loops' work must stay short (the HTTP server keeps its long endpoints, CRL and OCSP, off them).
-package enum RequestExecutor {
-    /// The preferred executor of the current request's tasks (nil: none).
-    @TaskLocal package static var current: (any TaskExecutor)?
-
-    /// Whether a batch writer started on a request's executor yields once before each batch:
-    /// yes, unless `TOKENTOOL_COMMIT_YIELD=0` (for comparisons).
-    ///
-    /// On an event loop, the drain's turn comes after the jobs the loop had queued when the last
-    /// batch ended; a yield puts it behind those queued meanwhile too — requests read and computed,
-    /// answers written — so more certificates join each transaction: 13.4–14.1 instead of 9.6–10.1
-    /// under 32 HTTP connections, and in alternated pairs 10 of 12 ahead in requests/s (median
-    /// ≈ +7%; the writer 24 instead of 27–29 µs of CPU a certificate). Not on Swift's global pool
-    /// (no request executor): there, with 64 issuances in flight, a yielding drain took all 64 in
-    /// one transaction, the CPUs idled while it was flushed, and the library's rate fell by a tenth.
-    package static let yieldBeforeBatch = ProcessInfo.processInfo.environment["TOKENTOOL_COMMIT_YIELD"] != "0"
 }
 
 /// A certificate to record and the token use it claims: what a ledger's group commit batches.

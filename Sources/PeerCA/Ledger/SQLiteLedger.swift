@@ -1,5 +1,3 @@
-import CSQLiteWAL
-internal import CBackgroundThread
 public import Foundation
 import GRDB
 import GRDBSQLite
@@ -12,10 +10,13 @@ import Synchronization
 /// and one flush for all the certificates that arrived while the previous flush ran, none of them
 /// answered before the flush; a duplicate serial or token use fails only its own certificate.
 ///
-/// Where SQLite reads `file:` URIs (Debian's does), the file is opened through the
-/// "tokentool-walbuffer" VFS, which writes each commit's WAL frames in one call before the
-/// commit's flush (SQLite makes two calls per frame), and a second connection checkpoints the
-/// WAL into the file every 8,192 certificates, off the commit path.
+/// The file is opened through GRDB on SQLite's own VFS and page cache: nothing of this package
+/// replaces SQLite's I/O. The write-ahead log stays small — SQLite's own automatic checkpoint
+/// every 1,000 pages, and the log cut back to ``walSizeLimit`` after each — so a nearly full disk
+/// is not filled by the ledger's own log, and a checkpoint can always run. A write or flush that
+/// fails (a full disk, an I/O error) fails the certificates of that transaction with
+/// ``PeerCAError/Code/ledger``, none of them recorded; the next transaction is tried afresh, so the
+/// ledger works again as soon as the disk does, without being reopened.
 ///
 /// Indexed: the serial (primary key), the account (CN) by expiry day (`(expiry_day, common_name)`:
 /// new entries land among those expiring the same day, not across the whole history), and the
@@ -31,24 +32,21 @@ public final class SQLiteLedger: CertificateLedger {
     private let pool: DatabasePool
     /// Concurrent ``record(_:claiming:)`` calls share transactions (group commit).
     private let commits: GroupCommit<LedgerRecord>
-    /// Copies committed WAL frames into the database file on a connection of its own.
-    private let checkpoints: BackgroundCheckpoints
+
+    /// The size the write-ahead log is cut back to after a checkpoint (`journal_size_limit`):
+    /// 4 MiB. Between two checkpoints it grows by about SQLite's 1,000 pages (4 MiB), plus the
+    /// transaction that crosses them.
+    package static let walSizeLimit = 4 << 20
 
     /// Opens (creating if needed) the ledger at `path` and brings its schema up to date. Another
     /// process creating or migrating the same file at that moment is waited for (no new attempt
     /// after 30 s; this blocks the calling thread, so call it off the concurrency pool's threads
     /// where that matters); a file that is not a ledger, or a missing directory, throws at once
     /// (``PeerCAError/Code/ledger``).
-    public convenience init(path: String) throws(PeerCAError) {
-        try self.init(path: path, checkpointEvery: BackgroundCheckpoints.defaultInterval)
-    }
-
-    /// `checkpointEvery`: the certificates recorded between two background checkpoints (tests
-    /// lower it to see one happen).
-    package init(path: String, checkpointEvery: Int) throws(PeerCAError) {
+    public init(path: String) throws(PeerCAError) {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        let location = SQLiteLedger.connectionPath(path)
+        let location = path
         // One limit for opening and migrating together (see ``openingBesideOthers(_:configuration:until:_:)``).
         let deadline = ContinuousClock.now.advanced(by: .seconds(30))
         do {
@@ -61,24 +59,14 @@ public final class SQLiteLedger: CertificateLedger {
             // `PRAGMA synchronous = NORMAL` once `prepareDatabase` has run, which would leave each
             // commit unflushed (a power loss could lose certificates already handed out).
             //
-            // The writer's own checkpoint at 40,000 WAL pages (≈ 160 MiB) instead of SQLite's 1,000:
-            // it runs on the committing connection, in the way of the next batch, and copies every
-            // page changed since the last checkpoint; a longer interval copies the hot pages (the
-            // tail of the table and its serial index, the day's region of the account index) once
-            // for many commits, and the background checkpoints (``BackgroundCheckpoints``) leave
-            // it little to copy. tokenbench --issuance-stages --filter ledger (at 10,000): 34–37 →
-            // 30 µs CPU per record on one core. The WAL is cut back to 192 MiB after a checkpoint:
-            // above what it reaches between two, so it is overwritten in place instead of shrunk
-            // and grown again (every growth a metadata write in the commit's flush).
-            //
-            // A 16 MiB page cache for the writer (SQLite's default is 2 MiB): the pages every batch
-            // touches — the table's and the serial index's tails, the day's region of the account
-            // index, the (SPIFFE ID, account) pairs of the accounts issuing — stay in it instead of
-            // being read again from the file or the WAL (strace at 10 M rows: ≈ 1.2 page reads per
-            // certificate with 2 MiB). tokenbench --ledger-growth on a 10 M-row ledger, alternated
-            // with an empty one: 0.84–0.87 → 0.93–0.95 of the empty rate; RSS + 17 MB.
+            // SQLite's own automatic checkpoint (every 1,000 WAL pages, on the committing
+            // connection), and the log cut back to ``walSizeLimit`` after a checkpoint: a log that
+            // grew to tens of megabytes between checkpoints filled a small disk by itself, and then
+            // no checkpoint could run to empty it. A 16 MiB page cache for the writer (SQLite's
+            // default is 2 MiB) keeps the pages every batch touches — the tails of the table and its
+            // serial index, the day's region of the account index — in memory.
             try pool.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 40000; PRAGMA journal_size_limit = 201326592; PRAGMA cache_size = -16384")
+                try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 1000; PRAGMA journal_size_limit = \(SQLiteLedger.walSizeLimit); PRAGMA cache_size = -16384")
             }
             var migrator = DatabaseMigrator()
             migrator.registerMigration("v1") { db in
@@ -190,129 +178,13 @@ public final class SQLiteLedger: CertificateLedger {
         } catch {
             throw PeerCAError(.ledger, "cannot open the ledger at \(path): \(SQLiteLedger.describe(error))")
         }
-        do {
-            checkpoints = BackgroundCheckpoints(connection: try DatabaseQueue(path: location, configuration: configuration), every: checkpointEvery)
-        } catch {
-            throw PeerCAError(.ledger, "cannot open the ledger at \(path) for checkpoints: \(SQLiteLedger.describe(error))")
-        }
-        let pool = self.pool, checkpoints = self.checkpoints
-        commits = GroupCommit { batch in
-            let results = await SQLiteLedger.write(batch, to: pool)
-            checkpoints.recorded(batch.count)
-            return results
-        }
-    }
-
-    /// What the connections open: with SQLite's `file:` URIs (Debian's SQLite reads them), the
-    /// ledger's file through the "tokentool-walbuffer" VFS, which gathers each commit's WAL writes
-    /// into one `pwrite` (CSQLiteWAL: SQLite writes every frame as two, ≈ 4 µs of kernel time each
-    /// here, two to three frames per certificate); otherwise the plain path and SQLite's own VFS.
-    /// Commits are flushed and synced exactly as before: the VFS writes the gathered bytes before
-    /// the commit's sync.
-    package static func connectionPath(_ path: String) -> String {
-        guard tokentool_walbuffer_uri_filenames() != 0, let vfs = tokentool_walbuffer_register() else { return path }
-        // RFC 3986 as SQLite reads it: `%`, `?` and `#` escaped; a path starting "//" would name an authority.
-        var escaped = ""
-        for character in path.unicodeScalars {
-            switch character {
-            case "%": escaped += "%25"
-            case "?": escaped += "%3F"
-            case "#": escaped += "%23"
-            default: escaped.unicodeScalars.append(character)
-            }
-        }
-        if escaped.hasPrefix("//") { escaped = "/." + escaped.dropFirst() }
-        return "file:\(escaped)?vfs=\(String(cString: vfs))"
-    }
-
-    /// Bytes and write calls the WAL buffer has made for this ledger's writing connection (nil
-    /// when the file is not open through the buffer).
-    package func writerWALBufferCounters() -> (bytes: Int64, writes: Int64)? {
-        pool.writeWithoutTransaction { db in
-            var bytes: Int64 = 0
-            var writes: Int64 = 0
-            guard let connection = db.sqliteConnection,
-                tokentool_walbuffer_connection_counters(UnsafeMutableRawPointer(connection), &bytes, &writes) == 0
-            else { return nil }
-            return (bytes, writes)
-        }
-    }
-
-    /// Runs `body` on the calling thread at a raised priority, where the process may
-    /// (CBackgroundThread; `TOKENTOOL_WRITER_BOOST=0` turns it off), and puts the thread's
-    /// priority back after it. ``write(_:to:)`` runs each batch's transaction and flush so: on two
-    /// busy cores the writer otherwise waits for a CPU behind the threads that compute
-    /// certificates, and they then wait for its commit. With it, the 2-core issuance row was ahead
-    /// in 7 of 7 alternated runs (+0.4% to +19%, median +8%; 2–6 points busier); the 1-core row, in
-    /// 10 simultaneous pinned pairs, ahead in 5 (inside the noise); HTTP at 32 connections ahead in
-    /// 3 of 6, its batches 7.7 instead of 8.8 certificates (the writer comes back sooner; there the
-    /// pool, not the commit, is what requests wait for). Same binary with and without
-    /// `TOKENTOOL_WRITER_BOOST=0`.
-    package static func withRaisedPriority<T>(_ body: () throws -> T) rethrows -> T {
-        let saved = tokentool_thread_boost_begin()
-        defer { tokentool_thread_boost_end(saved) }
-        return try body()
-    }
-
-    /// In this process: batches that asked for the raised priority, those written at it, and
-    /// whether it is on, off by `TOKENTOOL_WRITER_BOOST=0`, or off because the kernel refused it
-    /// (then every batch is written at the thread's own priority).
-    package static var writerBoostCounters: WriterBoost {
-        var attempts: Int64 = 0
-        var boosted: Int64 = 0
-        var state: Int32 = 0
-        tokentool_thread_boost_counters(&attempts, &boosted, &state)
-        return WriterBoost(attempts: attempts, boosted: boosted, state: state == 0 ? .on : state == 1 ? .offByEnvironment : .refused)
-    }
-
-    /// What ``writerBoostCounters`` reads.
-    package struct WriterBoost: Sendable {
-        package enum State: Sendable { case on, offByEnvironment, refused }
-        package var attempts: Int64
-        package var boosted: Int64
-        package var state: State
-    }
-
-    /// Bytes and `pwrite` calls the WAL buffer has written in this process.
-    package static var walBufferCounters: (bytes: Int64, writes: Int64) {
-        var bytes: Int64 = 0
-        var writes: Int64 = 0
-        tokentool_walbuffer_counters(&bytes, &writes)
-        return (bytes, writes)
-    }
-
-    /// The page-cache layer (CSQLiteWAL's `tokentool_pagecache_counters`): whether it is installed in
-    /// this process, and the cache truncations it skipped (nothing to drop: every commit's, unless
-    /// the database shrank or a transaction rolled back).
-    package static var pageCacheCounters: PageCacheCounters {
-        var state: Int32 = 2
-        var skipped: Int64 = 0
-        tokentool_pagecache_counters(&state, &skipped)
-        let named: PageCacheCounters.State = switch state {
-        case 0: .installed
-        case 1: .offByEnvironment
-        default: .notInstalled
-        }
-        return PageCacheCounters(state: named, skipped: skipped)
-    }
-
-    /// CSQLiteWAL's check of the page-cache layer over SQLite's own cache (`tokentool_pagecache_selftest`):
-    /// 0 when it holds, the first failed check's number, or -1 when the layer is not installed.
-    package static func pageCacheSelfTest() -> Int { Int(tokentool_pagecache_selftest()) }
-
-    /// What ``pageCacheCounters`` reads.
-    package struct PageCacheCounters: Sendable {
-        package enum State: Sendable { case installed, offByEnvironment, notInstalled }
-        package var state: State
-        package var skipped: Int64
+        let pool = self.pool
+        commits = GroupCommit { batch in await SQLiteLedger.write(batch, to: pool) }
     }
 
     public func record(_ entry: LedgerEntry, claiming use: TokenUse?) async throws(PeerCAError) {
         try await commits.submit(LedgerRecord(entry: entry, use: use))
     }
-
-    /// Checkpoints the background connection has run, and the WAL frames they found copied.
-    package var checkpointStatistics: BackgroundCheckpoints.Statistics { checkpoints.statistics }
 
     /// Transactions written by ``record(_:claiming:)`` and the records in them.
     package var commitStatistics: GroupCommit<LedgerRecord>.Statistics { commits.statistics }
@@ -329,11 +201,10 @@ public final class SQLiteLedger: CertificateLedger {
     /// DO NOTHING` and a record whose insert changed no row is answered as a duplicate (its
     /// certificate row removed again when its token use was the duplicate). No savepoint per
     /// record: those were three more statements for every certificate, for a conflict that
-    /// almost never happens. The writer's thread runs it at a raised priority
-    /// (``withRaisedPriority(_:)``).
+    /// almost never happens.
     static func write(_ batch: [LedgerRecord], to pool: DatabasePool) async -> [Result<Void, PeerCAError>] {
         do {
-            return try await pool.writeWithoutTransaction { db in try withRaisedPriority { try insert(batch, into: db) } }
+            return try await pool.writeWithoutTransaction { db in try insert(batch, into: db) }
         } catch {
             let failure = PeerCAError(.ledger, "cannot record the certificate: \(SQLiteLedger.describe(error))")
             return batch.map { _ in .failure(failure) }
@@ -638,83 +509,6 @@ public final class SQLiteLedger: CertificateLedger {
     static func describe(_ error: any Error) -> String {
         if let error = error as? DatabaseError { return "SQLite \(error.resultCode): \(error.message ?? "")" }
         return "\(error)"
-    }
-}
-
-/// Checkpoints off the commit path: after every 8,192 recorded certificates (≈ 9,000 WAL frames at
-/// 64 per commit), a second connection copies the committed frames into the database file
-/// (`PASSIVE`: it never waits for, nor blocks, the writer), on GRDB's queue for that connection.
-/// The writer's own automatic checkpoint (every 40,000 frames) is left on: it finds most frames
-/// copied already, so it is short, and it is what lets the next transaction restart the WAL from
-/// its beginning (a passive checkpoint running beside constant writes never catches up with the
-/// last frame). Before, each checkpoint ran inside the commit that crossed the threshold, copying
-/// ≈ 10,000 pages while that batch's callers (and every request queued behind it) waited.
-///
-/// Every 2,048 certificates with the writer's at 10,000 frames until the eighth session: on a
-/// 10 M-row ledger, where the day's region of the account index lies among 9 GB of older pages, the
-/// copies are random writes and the writer's checkpoints stalled its batches — p99 26 ms against 7
-/// on an empty ledger (tokenbench --ledger-growth 10M --growth-pairs 3: 14,900 certificates/s,
-/// 0.89–0.98 of an empty ledger's rate). At 8,192 and 40,000: p99 7–8 ms, 15,500–15,700/s, 0.90–0.95,
-/// and the empty ledger's rate up too (16,400–16,750 → 16,500–17,200).
-package final class BackgroundCheckpoints: Sendable {
-    /// The certificates between two background checkpoints, unless a test asks otherwise.
-    package static let defaultInterval = 8192
-
-    package struct Statistics: Sendable, Equatable {
-        /// Checkpoints started (counted when the interval is reached, before the checkpoint runs).
-        package var started = 0
-        /// Checkpoints run, and the frames the last one left copied (SQLite's count).
-        package var checkpoints = 0
-        package var lastCopiedFrames = 0
-        package var failures = 0
-    }
-
-    private struct State: Sendable {
-        var pending = 0
-        var running = false
-        var statistics = Statistics()
-    }
-
-    private let connection: DatabaseQueue
-    private let state = Mutex(State())
-    private let every: Int
-
-    init(connection: DatabaseQueue, every: Int) {
-        self.connection = connection
-        self.every = every
-    }
-
-    package var statistics: Statistics { state.withLock { $0.statistics } }
-
-    /// Counts `count` more recorded certificates; starts a checkpoint when enough are pending and
-    /// none is running.
-    func recorded(_ count: Int) {
-        let start = state.withLock { state -> Bool in
-            state.pending += count
-            guard state.pending >= every, !state.running else { return false }
-            state.pending = 0
-            state.running = true
-            state.statistics.started += 1
-            return true
-        }
-        guard start else { return }
-        Task.detached { [self] in
-            let copied: Int?
-            do {
-                copied = try await connection.writeWithoutTransaction { db in try db.checkpoint(.passive).checkpointedFrameCount }
-            } catch {
-                copied = nil  // busy or failing: the writer's own checkpoint still runs at 40,000 frames
-            }
-            state.withLock { state in
-                state.running = false
-                if let copied {
-                    state.statistics.checkpoints += 1
-                    state.statistics.lastCopiedFrames = copied
-                } else {
-                    state.statistics.failures += 1
-                }
-            }
-        }
     }
 }
 
