@@ -1,4 +1,5 @@
 import Crypto
+import _CryptoExtras
 import Foundation
 @testable import PeerCA
 import SwiftASN1
@@ -58,6 +59,69 @@ struct LeafTemplateTests {
             #expect(issued.notBefore == leaf.notValidBefore && issued.notAfter == leaf.notValidAfter)
             if index == 1 { #expect(issued.identity.spiffeID.utf8.count > 127 && issued.identity.accountUID.utf8.count == 64) }
         }
+    }
+
+    /// A property test: for random identities — account names of 1 to 64 bytes (ASCII and not),
+    /// SPIFFE IDs of 20 to 400 bytes, so that the SAN, the extensions and the whole TBSCertificate
+    /// cross DER's 128- and 256-byte length forms — random serials and validity, every key type a
+    /// device may present (P-256, P-384, Ed25519, RSA 2048 and 3072) and every CA key type, the
+    /// template writes what swift-certificates' builder writes, byte for byte.
+    @Test(arguments: [CAKeyAlgorithm.p256, .p384, .ed25519])
+    func theTemplateEqualsTheBuilderOverRandomLeaves(algorithm: CAKeyAlgorithm) throws {
+        let material = try CertificateAuthority.create(name: "Property", algorithm: algorithm, withIntermediate: algorithm != .ed25519)
+        let authority = material.authority
+        let aki = try #require(try authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
+        let template = try LeafTemplate(authority: authority, issuerKeyIdentifier: aki)
+        let keys: [Certificate.PublicKey] = [
+            Certificate.PublicKey(P256.Signing.PrivateKey().publicKey), Certificate.PublicKey(P384.Signing.PrivateKey().publicKey),
+            Certificate.PublicKey(Curve25519.Signing.PrivateKey().publicKey),
+            Certificate.PublicKey(try _RSA.Signing.PrivateKey(keySize: .bits2048).publicKey),
+            Certificate.PublicKey(try _RSA.Signing.PrivateKey(keySize: .bits3072).publicKey),
+        ]
+        var generator = SystemRandomNumberGenerator()
+        let ascii = Array("abcdefghijklmnopqrstuvwxyz0123456789-._")
+        let wide: [Character] = ["é", "名", "ü", "ß", "😀", "a", "-"]
+        var crossed = Set<Int>()
+        for round in 0..<120 {
+            var name = ""
+            let nameBytes = Int.random(in: 1...64, using: &generator)
+            while true {
+                let next = round % 2 == 0 ? ascii.randomElement(using: &generator)! : wide.randomElement(using: &generator)!
+                if name.utf8.count + String(next).utf8.count > nameBytes { break }
+                name.append(next)
+            }
+            if name.isEmpty { name = "x" }
+            let uriLength = Int.random(in: 20...400, using: &generator)
+            let uri = "spiffe://peers.example/" + String((0..<max(1, uriLength - 23)).map { _ in ascii.randomElement(using: &generator)! })
+            crossed.insert(uri.utf8.count < 120 ? 0 : uri.utf8.count < 250 ? 1 : 2)
+            let start = Date(timeIntervalSince1970: Double(Int64.random(in: 0...4_102_444_800, using: &generator)))
+            let key = keys[round % keys.count]
+            let problem = template.mismatch(
+                authority: authority, issuerKeyIdentifier: aki, serial: SerialNumbers.random(now: start), notBefore: start,
+                notAfter: start.addingTimeInterval(Double(Int.random(in: 1...90_000_000, using: &generator))), commonName: name, publicKey: key,
+                uri: uri)
+            #expect(problem == nil, "CA \(algorithm), name \(name.debugDescription), URI of \(uri.utf8.count) bytes: \(problem ?? "")")
+        }
+        #expect(crossed == [0, 1, 2], "short, middle and long SANs were all drawn")
+    }
+
+    /// The check a CA runs when it is loaded passes for a sound template, and refuses one that
+    /// writes anything else (here one extension changed): issuance then fails, saying why, rather
+    /// than hand out a leaf swift-certificates would not have written.
+    @Test func theLoadCheckRefusesATemplateThatDiffers() async throws {
+        let test = try TestCA()
+        #expect(test.ca.templateProblem == nil)
+        let authority = test.material.authority
+        let aki = try #require(try authority.issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
+        let sound = try LeafTemplate(authority: authority, issuerKeyIdentifier: aki)
+        #expect(sound.sampleMismatch(authority: authority, issuerKeyIdentifier: aki) == nil)
+        var serializer = DER.Serializer()
+        try serializer.serialize(try Certificate.Extension(KeyUsage(digitalSignature: true, keyEncipherment: true), critical: true))
+        let changed = LeafTemplate(
+            signatureAlgorithm: sound.signatureAlgorithm, issuerName: sound.issuerName,
+            leadingExtensions: Array(sound.leadingExtensions.prefix(12)) + serializer.serializedBytes, authorityKeyIdentifier: sound.authorityKeyIdentifier)
+        let problem = changed.sampleMismatch(authority: authority, issuerKeyIdentifier: aki)
+        #expect(problem?.contains("differ from byte") == true, "\(problem ?? "no mismatch found")")
     }
 
     /// The CSR's own SubjectPublicKeyInfo bytes stand in for encoding its key only when they are

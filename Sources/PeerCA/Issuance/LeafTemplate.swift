@@ -1,10 +1,12 @@
+import Crypto
 import Foundation
 import SwiftASN1
 import X509
 
 /// The DER of a peer certificate, written directly: what swift-certificates' generic builders
 /// (`DistinguishedName`, `Certificate.Extensions`, `TBSCertificate`) produce for a leaf, byte for
-/// byte (`theLeafTemplateWritesWhatTheGenericBuilderWrites` compares the two), at a fraction of
+/// byte — every CA checks a sample leaf when it is loaded (``sampleMismatch(authority:issuerKeyIdentifier:)``),
+/// and the tests compare the two over random identities and keys — at a fraction of
 /// their cost — no intermediate objects, the key's SubjectPublicKeyInfo copied from the CSR
 /// instead of encoded again (for an EC key, a field inversion), and no parse of the result.
 ///
@@ -99,5 +101,73 @@ struct LeafTemplate: Sendable {
         body += subjectPublicKeyInfo
         DERWriter.append(tag: 0xa3, content: DERWriter.wrap(tag: 0x30, extensions), to: &body)  // [3] EXPLICIT Extensions
         return DERWriter.wrap(tag: 0x30, body)
+    }
+}
+
+extension LeafTemplate {
+    /// A template of given parts (tests give a wrong one, to see the check refuse it).
+    init(signatureAlgorithm: [UInt8], issuerName: [UInt8], leadingExtensions: [UInt8], authorityKeyIdentifier: [UInt8]) {
+        self.signatureAlgorithm = signatureAlgorithm
+        self.issuerName = issuerName
+        self.leadingExtensions = leadingExtensions
+        self.authorityKeyIdentifier = authorityKeyIdentifier
+    }
+
+    /// The TBSCertificate swift-certificates' generic builder writes for the leaf that
+    /// ``tbsCertificate(serial:notBefore:notAfter:commonName:subjectPublicKeyInfo:keyIdentifier:uri:)``
+    /// writes for the same values: the reference the template must equal byte for byte. (It
+    /// signs the reference with the issuing key: the signature is thrown away.)
+    static func reference(
+        authority: CertificateAuthority, issuerKeyIdentifier: ArraySlice<UInt8>, serial: Certificate.SerialNumber, notBefore: Date,
+        notAfter: Date, commonName: String, publicKey: Certificate.PublicKey, uri: String
+    ) throws -> [UInt8] {
+        let extensions = try Certificate.Extensions {
+            Critical(BasicConstraints.notCertificateAuthority)
+            Critical(KeyUsage(digitalSignature: true))
+            try ExtendedKeyUsage([.serverAuth, .clientAuth])
+            SubjectKeyIdentifier(hash: publicKey)
+            AuthorityKeyIdentifier(keyIdentifier: issuerKeyIdentifier)
+            SubjectAlternativeNames([.uniformResourceIdentifier(uri)])
+        }
+        let certificate = try Certificate(
+            version: .v3, serialNumber: serial, publicKey: publicKey, notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: authority.issuer.subject, subject: try DistinguishedName { CommonName(commonName) },
+            signatureAlgorithm: authority.signatureAlgorithm, extensions: extensions, issuerPrivateKey: authority.issuerKey)
+        return Array(certificate.tbsCertificateBytes)
+    }
+
+    /// The template's TBSCertificate and the builder's (``reference(authority:issuerKeyIdentifier:serial:notBefore:notAfter:commonName:publicKey:uri:)``)
+    /// for one leaf: nil when they are the same bytes, else what differs.
+    func mismatch(
+        authority: CertificateAuthority, issuerKeyIdentifier: ArraySlice<UInt8>, serial: Certificate.SerialNumber, notBefore: Date,
+        notAfter: Date, commonName: String, publicKey: Certificate.PublicKey, uri: String
+    ) -> String? {
+        do {
+            var spki = DER.Serializer()
+            try spki.serialize(publicKey)
+            let written = try tbsCertificate(
+                serial: Array(serial.bytes), notBefore: notBefore, notAfter: notAfter, commonName: commonName,
+                subjectPublicKeyInfo: spki.serializedBytes, keyIdentifier: Array(SubjectKeyIdentifier(hash: publicKey).keyIdentifier), uri: uri)
+            let expected = try Self.reference(
+                authority: authority, issuerKeyIdentifier: issuerKeyIdentifier, serial: serial, notBefore: notBefore, notAfter: notAfter,
+                commonName: commonName, publicKey: publicKey, uri: uri)
+            guard written != expected else { return nil }
+            let at = zip(written, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(written.count, expected.count)
+            return "the leaf template writes \(written.count) bytes, swift-certificates \(expected.count); they differ from byte \(at)"
+        } catch {
+            return "the sample leaf cannot be written (\(error))"
+        }
+    }
+
+    /// The check a CA runs when it is loaded: a sample leaf — a new P-256 key, a short name and a
+    /// SPIFFE ID long enough for the long DER length forms — written by the template and by
+    /// swift-certificates' builder, compared byte for byte. nil when they agree.
+    func sampleMismatch(authority: CertificateAuthority, issuerKeyIdentifier: ArraySlice<UInt8>) -> String? {
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        return mismatch(
+            authority: authority, issuerKeyIdentifier: issuerKeyIdentifier, serial: SerialNumbers.random(now: now), notBefore: now,
+            notAfter: now.addingTimeInterval(3600), commonName: "leaf-template-check",
+            publicKey: Certificate.PublicKey(P256.Signing.PrivateKey().publicKey),
+            uri: "spiffe://leaf-template.check/" + String(repeating: "sample/", count: 20))
     }
 }

@@ -107,8 +107,11 @@ public final class PeerCertificateAuthority: Sendable {
     private let intermediatesPEM: String
     private let intermediatesJSON: [UInt8]
     /// The parts of every leaf that do not change; nil when the issuing certificate's extensions
-    /// do not parse (issuance then fails with ``PeerCAError/Code/invalidCAMaterial``).
+    /// do not parse, or when the sample leaf it wrote at load differed from swift-certificates'
+    /// (issuance then fails with ``PeerCAError/Code/invalidCAMaterial``, saying which).
     private let template: LeafTemplate?
+    /// Why there is no template (nil when there is one).
+    package let templateProblem: String?
     /// The last CRL ``crl(validity:)`` made, given again while it still says the same thing.
     private let lastCRL = Mutex<IssuedCRL?>(nil)
     /// The CRL being made, if one is: callers that need a new CRL for the same list and validity
@@ -143,7 +146,15 @@ public final class PeerCertificateAuthority: Sendable {
         intermediates = authority.intermediates
         intermediatesPEM = intermediates.map(\.pemString).joined()
         intermediatesJSON = JSONWriter.escapedStringBody(intermediatesPEM)
-        template = issuerKeyIdentifier.flatMap { try? LeafTemplate(authority: authority, issuerKeyIdentifier: $0) }
+        // The hand-written leaf checked against swift-certificates' builder, on a sample leaf.
+        if let issuerKeyIdentifier, let made = try? LeafTemplate(authority: authority, issuerKeyIdentifier: issuerKeyIdentifier) {
+            let problem = made.sampleMismatch(authority: authority, issuerKeyIdentifier: issuerKeyIdentifier)
+            template = problem == nil ? made : nil
+            templateProblem = problem
+        } else {
+            template = nil
+            templateProblem = "the issuing certificate's extensions do not parse"
+        }
         ocspIssuer = OCSPResponder.IssuerHashes(authority.issuer)
     }
 
@@ -322,7 +333,7 @@ public final class PeerCertificateAuthority: Sendable {
         serial: Certificate.SerialNumber, identity: PeerIdentity, spiffeID: String, csr: ValidatedCSR, notBefore: Date, notAfter: Date
     ) throws(PeerCAError) -> [UInt8] {
         guard let template else {
-            throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate: the issuing certificate's extensions do not parse")
+            throw PeerCAError(.invalidCAMaterial, "cannot sign the certificate: \(templateProblem ?? "no leaf template")")
         }
         do {
             let tbs = try template.tbsCertificate(
