@@ -6,7 +6,9 @@ import TokenKit
 /// - odd: the rest is "header\npayload" JSON text, which the harness signs with its HMAC key so
 ///   that the payload reaches the claims checks. Then a differential check: if verification
 ///   succeeds, the strict parser must accept the payload as a JSON object (the hot path's
-///   payload reader may never be looser than the parser).
+///   payload reader may never be looser than the parser), and the registered claims it reads
+///   from that object must equal the ones verification gave (what the reader reads is what the
+///   parser reads).
 enum Harness {
     static let key: JWTKey = {
         do { return try JWTKey.hmac(secret: Array(repeating: 0x42, count: 32), kid: "fuzz") } catch { fatalError("\(error)") }
@@ -43,8 +45,11 @@ public func fuzzToken(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let token = input + "." + Base64URL.encode(mac)
     for verifier in [Harness.verifier, Harness.lenient] {
         if let verified = try? verifier.verify(token) {
-            guard case .object? = try? JSONValue.parse(Array(payloadText.utf8)) else {
+            guard case .object(let object)? = try? JSONValue.parse(Array(payloadText.utf8)) else {
                 fatalError("verify accepted a payload the strict parser refuses")
+            }
+            guard let strict = try? RegisteredClaims(payload: object), strict == verified.claims else {
+                fatalError("verify read other claims than the strict parser: \(payloadText)")
             }
             _ = verified.payload
             _ = verified.claims.issuer
