@@ -4,7 +4,8 @@
 # starts it listening on 127.0.0.1 only, creates database "tokentool", and prints its URL.
 # PostgreSQL cannot listen on port 0, so the port is one the OS just handed out as free; if another
 # process takes it before the server binds, the start is retried on a new port (up to 5 times).
-# `scripts/pgtest.sh stop DIR` stops it and removes DIR.
+# `scripts/pgtest.sh stop DIR` stops it and removes DIR. `down DIR` stops the server and keeps its
+# data (a database out of reach: connections refused); `up DIR` starts it again on the same port.
 set -euo pipefail
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -n "$bin" ] || { echo "pgtest: PostgreSQL is not installed (scripts/bootstrap.sh installs it)" >&2; exit 2; }
@@ -39,6 +40,7 @@ start)
     done
     [ -n "$started" ] || { echo "pgtest: PostgreSQL did not start:" >&2; cat "$dir/log" "$dir/pg_ctl.err" >&2 2>/dev/null; exit 1; }
     as_postgres "$bin/createdb" -h 127.0.0.1 -p "$port" -U tokentool tokentool
+    echo "$port" > "$dir/port"
     echo "postgres://tokentool@127.0.0.1:$port/tokentool?sslmode=disable"
     ;;
 stop)
@@ -46,8 +48,22 @@ stop)
     as_postgres "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
     rm -rf "$dir"
     ;;
+down)
+    dir=$2
+    as_postgres "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    ;;
+up)
+    dir=$2
+    port=$(cat "$dir/port")
+    (
+        for fd in $(ls "/proc/$BASHPID/fd"); do
+            [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null || true
+        done
+        as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start
+    ) </dev/null >/dev/null 2>"$dir/pg_ctl.err" || { cat "$dir/pg_ctl.err" >&2; exit 1; }
+    ;;
 *)
-    echo "usage: scripts/pgtest.sh start DIR | stop DIR" >&2
+    echo "usage: scripts/pgtest.sh start DIR | stop DIR | down DIR | up DIR" >&2
     exit 2
     ;;
 esac

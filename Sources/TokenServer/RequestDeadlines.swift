@@ -42,7 +42,9 @@ final class RequestDeadlines: Sendable {
 
     init(_ duration: Duration) {
         self.duration = duration
-        timeoutAnswer = .error(503, "timeout", "the request took longer than \(duration)")
+        var answer = ServiceResponse.error(503, "timeout", "the request took longer than \(duration)")
+        answer.retryAfter = 1  // what took too long may not next time: a client may send it again
+        timeoutAnswer = answer
         // A tenth of a second late at most, and finer for short timeouts (tests).
         tick = min(.milliseconds(100), max(.milliseconds(1), duration / 4))
     }

@@ -58,6 +58,23 @@ public struct TestPostgresCluster: Sendable {
         guard status == 0 else { throw TestFailure("kill -\(signal) \(all) failed (\(status))") }
     }
 
+    /// Runs `body` with the server shut down (connections refused: a database out of reach), and
+    /// starts it again on the same port and data afterwards, also when `body` throws.
+    public func whileDown<T>(_ body: () async throws -> T) async throws -> T {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/pgtest.sh")
+        let down = try await runDetached(script, ["down", directory])
+        guard down.status == 0 else { throw TestFailure("pgtest.sh down failed: \(down.err)") }
+        let result: T
+        do { result = try await body() } catch {
+            _ = try? await runDetached(script, ["up", directory])
+            throw error
+        }
+        let up = try await runDetached(script, ["up", directory])
+        guard up.status == 0 else { throw TestFailure("pgtest.sh up failed: \(up.err)") }
+        return result
+    }
+
     /// Runs `body` with the server stopped (`STOP`), and resumes it (`CONT`) afterwards, also when
     /// `body` throws: a hung database for the length of `body`.
     public func whileStopped<T>(_ body: () async throws -> T) async throws -> T {

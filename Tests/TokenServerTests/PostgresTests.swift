@@ -17,6 +17,36 @@ struct PostgresTests {
         try await withTestPostgres { url in try await twoInstances(url) }
     }
 
+    /// A PostgreSQL server out of reach (shut down: connections refused): issuance is refused with
+    /// a 503 a client retries (`Retry-After`), never a 200 and never a bare 500, and works again
+    /// once the server is back, without a restart of the service.
+    @Test func anUnreachableLedgerIsA503AndTheServiceRecovers() async throws {
+        try await withTestPostgresCluster { url, cluster in
+            try await LiveServer.with(configure: {
+                $0.store = url
+                $0.limits = ServerConfiguration.Limits(requestTimeoutSeconds: 5)
+            }) { server in
+                let issue = try Self.issuer(server)
+                #expect(try await issue(try server.token()).status == 200)
+                try await cluster.whileDown {
+                    let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+                    let body = JSONValue.object(["provider": .string("dev"), "token": .string(try server.token()), "csr": .string(csr)])
+                    let (status, reply, headers) = try await server.request(.POST, "/v1/certificates", body: Array(body.compactText.utf8))
+                    let code = (try? JSONValue.parse(reply))?.objectValue?["error"].errorCode
+                    #expect(status == 503, "\(status) \(String(decoding: reply, as: UTF8.self))")
+                    #expect(code == "ledger_unavailable" || code == "timeout", "\(String(decoding: reply, as: UTF8.self))")
+                    #expect(headers.first(name: "retry-after") == "1")
+                }
+                var recovered = false
+                for _ in 0..<60 where !recovered {
+                    recovered = try await issue(try server.token()).status == 200
+                    if !recovered { try await Task.sleep(for: .seconds(1)) }
+                }
+                #expect(recovered, "issuance works again once PostgreSQL is back")
+            }
+        }
+    }
+
     /// A PostgreSQL server that stops answering (its processes stopped by SIGSTOP: connections
     /// open, nothing answered): the CRL is answered 503 `timeout` and OCSP with a `tryLater`
     /// response within the request timeout, instead of being held until the database returns.
