@@ -2,7 +2,7 @@
 # Installs what building and testing tokentool needs on Debian 12 (Swift itself must already be
 # installed): OpenSSL 3, libjwt and SQLite headers (SQLite: the PeerCA ledger, via GRDB), the
 # PostgreSQL server (the tests start a throw-away one on loopback: scripts/pgtest.sh), wrk (load test), pkg-config, valgrind (leak check), the openssl binary (interoperability
-# tests), and Python 3 with PyJWT (interoperability tests). Safe to run again: it installs only
+# tests), strace (scripts/faults.sh injects I/O errors with it), and Python 3 with PyJWT (interoperability tests). Safe to run again: it installs only
 # what is missing. Run as root or with sudo available.
 set -euo pipefail
 
@@ -11,7 +11,7 @@ as_root() {
 }
 
 missing=()
-for pkg in libssl-dev libjwt-dev libsqlite3-dev postgresql pkg-config openssl python3 valgrind wrk; do
+for pkg in libssl-dev libjwt-dev libsqlite3-dev postgresql pkg-config openssl python3 valgrind wrk strace; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

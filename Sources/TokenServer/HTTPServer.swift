@@ -157,9 +157,10 @@ public enum TokenHTTPServer {
             router: router, server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: configuration.listen.port), serverName: "tokentool", backlog: 256,
-                availableConnectionsDelegate: MaximumAvailableConnections(max(1, configuration.maxConnections), logger: logger)),
+                availableConnectionsDelegate: ConnectionCap(limit: configuration.maxConnections, logger: logger)),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? configuration.listen.port
+                logger.info("HTTP server listening", metadata: ["host": "\(host)", "port": "\(port)", "tls": "\(scheme == "https")"])
                 service.listening(at: "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)")
                 await onRunning(port)
             },
@@ -210,6 +211,32 @@ struct ServiceHTTPError: HTTPResponseError {
     }
     var status: HTTPResponse.Status { HTTPResponse.Status(code: serviceResponse.status) }
     func response(from request: Request, context: some RequestContext) throws -> Response { serviceResponse.http(close: close) }
+}
+
+/// `limits.maxConnections` through Hummingbird's own hook: past the cap, accepting stops — new
+/// connections wait in the kernel's queue rather than take the descriptors the ledger, key
+/// fetches and logs need — until one closes; reaching it is said once each time (Hummingbird's
+/// `MaximumAvailableConnections` says nothing above trace).
+struct ConnectionCap: AvailableConnectionsDelegate {
+    let limit: Int
+    let logger: Logger
+    var open = 0
+
+    init(limit: Int, logger: Logger) {
+        self.limit = max(1, limit)
+        self.logger = logger
+    }
+
+    mutating func connectionOpened() {
+        open += 1
+        if open == limit {
+            logger.warning("connection limit reached; accepting again when one closes", metadata: ["open": "\(open)", "limit": "\(limit)"])
+        }
+    }
+
+    mutating func connectionClosed() { open -= 1 }
+
+    func isAcceptingNewConnections() -> Bool { open < limit }
 }
 
 /// The two things at the edge that Hummingbird's HTTP/1.1 channel leaves to the application, as a

@@ -97,13 +97,13 @@ struct ServeProcessTests {
 
     /// The port is taken: serve says which address and what to do, and exits 2 at once (it used to
     /// print nothing and hang, deaf to SIGTERM).
-    /// Out of file descriptors (here a limit of 64), accepting pauses a second at a time, says so,
-    /// and resumes once connections close: it retried ≈ 8,000 times a second, silently, taking a
-    /// whole core. By default the connection cap (the limit less 128, at least 16) stops accepting
-    /// before the descriptors run out, and says that instead; `--max-connections 1000` lets them
-    /// run out.
+    /// Out of file descriptors (here a limit of 64), accepting backs off (SwiftNIO's accept
+    /// backoff, under Hummingbird's server) instead of retrying thousands of times a second, and
+    /// resumes once connections close. By default the connection cap (the limit less 128, at
+    /// least 16) stops accepting before the descriptors run out, and says so; `--max-connections
+    /// 1000` lets them run out (nothing is said then: NIO's backoff logs nothing).
     @Test(.timeLimit(.minutes(2)), arguments: [
-        (["--max-connections", "1000"], "cannot accept connections; pausing accepts for 1 s"),
+        (["--max-connections", "1000"], ""),
         ([], "connection limit reached; accepting again when one closes"),
     ])
     func runningOutOfDescriptorsPausesAccepting(options: [String], says: String) async throws {
@@ -112,7 +112,7 @@ struct ServeProcessTests {
         // server's start-up and a pooled endpoint waited past a 10 s read timeout).
         let seen = try await offThePool { try Self.exhaustDescriptors(options: options) }
         #expect(seen.spent < 1, "\(seen.spent) s of CPU in 3 s with accepts failing")
-        #expect(seen.errors.contains(says), "\(seen.errors)")
+        if !says.isEmpty { #expect(seen.errors.contains(says), "\(seen.errors)") }
         #expect(seen.health.hasPrefix("HTTP/1.1 200 "), "accepting again")
     }
 
