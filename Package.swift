@@ -187,6 +187,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift", condition: server),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: server),
                 .product(name: "Logging", package: "swift-log", condition: server),
+                // --bare-route: the webhook's floor, a bare Hummingbird route (scripts/peer_load.sh).
+                .product(name: "Hummingbird", package: "hummingbird", condition: server),
             ],
             path: "Benchmarks/tokenbench",
             swiftSettings: strictSettings

@@ -62,33 +62,7 @@ with open(sys.argv[3], "w") as out:
         out.write("[==[" + body + "]==],\n")
     out.write("}\n")
 PY
-cat > "$work/certificates.lua" <<LUA
-local bodies = dofile("$work/bodies.lua")
-local threads = 0
-function setup(thread)
-  thread:set("id", threads)
-  threads = threads + 1
-end
-local i = 0
--- Each request formatted once per thread, not once per request: wrk's Lua then costs what a
--- fixed request does, and the CPU it takes beside the server is the load driver's, not Lua's.
-local requests = {}
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-function init(args)
-  i = (id or 0) * 97
-  for n, body in ipairs(bodies) do requests[n] = wrk.format(nil, nil, nil, body) end
-end
-function request()
-  i = i % #requests + 1
-  return requests[i]
-end
-done = function(summary, latency, requests)
-  local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT requests/s %.0f p50_ms %.2f p99_ms %.2f requests %d errors %d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests, errors))
-end
-LUA
+wrk_script "$work/bodies.lua" "$work/certificates.lua"
 # The same requests naming a provider the server does not have, for the request floor (step 4).
 sed 's/"provider": "dev"/"provider": "none"/' "$work/bodies.lua" > "$work/refused_bodies.lua"
 sed "s|$work/bodies.lua|$work/refused_bodies.lua|" "$work/certificates.lua" > "$work/refused.lua"
