@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// The file is opened through GRDB on SQLite's own VFS and page cache: nothing of this package
 /// replaces SQLite's I/O. The write-ahead log stays small — SQLite's own automatic checkpoint
-/// every 1,000 pages, and the log cut back to ``walSizeLimit`` after each — so a nearly full disk
+/// every 1,000 pages, and the log cut back to 4 MiB after each — so a nearly full disk
 /// is not filled by the ledger's own log, and a checkpoint can always run. A write or flush that
 /// fails (a full disk, an I/O error) fails the certificates of that transaction with
 /// ``PeerCAError/Code/ledger``, none of them recorded; the next transaction is tried afresh, so the
