@@ -187,10 +187,20 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift", condition: server),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: server),
                 .product(name: "Logging", package: "swift-log", condition: server),
-                // --bare-route: the webhook's floor, a bare Hummingbird route (scripts/peer_load.sh).
-                .product(name: "Hummingbird", package: "hummingbird", condition: server),
             ],
             path: "Benchmarks/tokenbench",
+            swiftSettings: strictSettings
+        ),
+        // The webhook's floor for scripts/peer_load.sh: one bare Hummingbird route that reads the
+        // body and answers a short JSON.
+        .executableTarget(
+            name: "bareroute",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird", condition: server),
+                .product(name: "Logging", package: "swift-log", condition: server),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle", condition: server),
+            ],
+            path: "Benchmarks/bareroute",
             swiftSettings: strictSettings
         ),
         .target(

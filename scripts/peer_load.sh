@@ -8,8 +8,8 @@
 #     Both record every certificate in SQLite before answering. Prints each side's requests/s,
 #     p50, p99, errors, and tokentool / cfssl.
 #  2. The webhook: `tokentool serve`'s POST /v1/auth (Ditto's request, a fresh token each) against
-#     a bare Hummingbird 2 route that reads the same body and answers a short JSON (`tokenbench
-#     --bare-route`), and the ratio.
+#     a bare Hummingbird 2 route that reads the same body and answers a short JSON
+#     (Benchmarks/bareroute), and the ratio.
 # Needs root for apt-get (golang-cfssl, wrk) where they are missing; says so and skips cfssl when
 # it cannot install it. Usage: scripts/peer_load.sh [SECONDS] [CONNECTIONS] [BODIES]   (10 s, 32, 256)
 set -euo pipefail
@@ -22,7 +22,7 @@ command -v wrk >/dev/null || install wrk || { echo "peer_load: needs wrk (apt-ge
 command -v cfssl >/dev/null || install golang-cfssl || echo "peer_load: cfssl is not installed and cannot be (apt-get install golang-cfssl): its row is skipped" >&2
 python3 -c 'import jwt, cryptography' 2>/dev/null || { echo "peer_load: needs PyJWT and cryptography (scripts/bootstrap.sh)" >&2; exit 2; }
 build=$(swift build -c release --product tokentool 2>&1) || { echo "$build" >&2; exit 1; }
-build=$(swift build -c release --product tokenbench 2>&1) || { echo "$build" >&2; exit 1; }
+build=$(swift build -c release --product bareroute 2>&1) || { echo "$build" >&2; exit 1; }
 bin="$PWD/.build/release"
 work=$(mktemp -d)
 cfssl_pid="" bare_pid=""
@@ -109,7 +109,7 @@ fi
 # 2. The webhook against a bare Hummingbird route.
 auth_result=$(load "tokentool POST /v1/auth" "$work/auth.wrk.lua" "http://127.0.0.1:$port/v1/auth")
 echo "$auth_result"
-("$bin/tokenbench" --bare-route > "$work/bare.log" 2>&1) &
+("$bin/bareroute" > "$work/bare.log" 2>&1) &
 bare_pid=$!
 for _ in $(seq 100); do grep -q "listening on" "$work/bare.log" 2>/dev/null && break; sleep 0.1; done
 bare_port=$(grep -o 'listening on [0-9]*' "$work/bare.log" | grep -o '[0-9]*$')

@@ -77,14 +77,7 @@ struct TokenBench: AsyncParsableCommand {
     @Flag(help: .hidden)
     var ledgerGrowthChild = false
 
-    @Flag(help: "Serve the webhook's floor: a Hummingbird 2 route, POST /v1/auth, that reads the body and answers a short JSON, on 127.0.0.1 and a port the OS picks (printed), until SIGTERM (scripts/peer_load.sh).")
-    var bareRoute = false
-
     func run() async throws {
-        if bareRoute {
-            try await BareRoute.run()
-            return
-        }
         if let issuanceChild {
             try await IssuanceBench.runChild(name: issuanceChild, seconds: seconds, reps: reps, window: window)
             return

@@ -73,29 +73,16 @@ public enum TokenHTTPServer {
         return CountedRouter(router: router, endpoints: endpoints)
     }
 
-    /// The request's body, up to the endpoints' limit, within their read timeout: a body declared
-    /// too large is refused before anything of it is read, and one that grows past the limit as it
-    /// is read is refused then (413, the connection closed); one still arriving at the read
-    /// timeout is 408 (closed).
+    /// The request's body, up to the endpoints' limit: a body declared too large is refused before
+    /// anything of it is read, and one that grows past the limit as it is read is refused then
+    /// (413, the connection closed). (A body still arriving at the read timeout is answered 408
+    /// by ``EdgeHandler``, on the connection's event loop.)
     static func collect(_ request: Request, within endpoints: ServiceEndpoints) async throws -> [UInt8] {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > endpoints.maxBody {
             throw ServiceHTTPError(endpoints.bodyTooLarge, close: true)
         }
-        let limit = endpoints.maxBody, body = request.body
         do {
-            return try await withThrowingTaskGroup(of: [UInt8]?.self) { group in
-                group.addTask { Array(try await body.collect(upTo: limit).readableBytesView) }
-                group.addTask {
-                    try await Task.sleep(for: endpoints.readTimeout)
-                    return nil
-                }
-                defer { group.cancelAll() }
-                guard let first = try await group.next(), let bytes = first else {
-                    let seconds = endpoints.readTimeout.components.seconds
-                    throw ServiceHTTPError(.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s"), close: true)
-                }
-                return bytes
-            }
+            return Array(try await request.body.collect(upTo: endpoints.maxBody).readableBytesView)
         } catch is NIOTooManyBytesError {
             throw ServiceHTTPError(endpoints.bodyTooLarge, close: true)
         }
@@ -148,11 +135,18 @@ public enum TokenHTTPServer {
         let configuration = service.configuration
         let maxBody = configuration.maxBodyBytes
         let idle = idleTimeout ?? .seconds(Self.idleTimeout(service))
-        let http1 = HTTPServerBuilder.http1(configuration: .init(additionalChannelHandlers: [EdgeHandler(maxBody: maxBody)], idleTimeout: idle))
+        let readTimeout = router.endpoints.readTimeout
+        let http1 = HTTPServerBuilder.http1(
+            configuration: .init(additionalChannelHandlers: [EdgeHandler(maxBody: maxBody, readTimeout: readTimeout)], idleTimeout: idle))
         var server = http1
         if let tls = try tlsConfiguration(service) { server = try usableTLS { try .tls(http1, tlsConfiguration: tls) } }
         let scheme = configuration.tls == nil ? "http" : "https"
         let host = configuration.listen.host
+        if configuration.maxConnectionsLowered {
+            logger.warning(
+                "limits.maxConnections is past the open-file limit less 128; lowered",
+                metadata: ["asked": "\(configuration.limits?.maxConnections ?? 0)", "used": "\(configuration.maxConnections)"])
+        }
         var application = Application(
             router: router, server: server,
             configuration: ApplicationConfiguration(
@@ -239,11 +233,14 @@ struct ConnectionCap: AvailableConnectionsDelegate {
     func isAcceptingNewConnections() -> Bool { open < limit }
 }
 
-/// The two things at the edge that Hummingbird's HTTP/1.1 channel leaves to the application, as a
-/// channel handler between its codec and its connection handler:
+/// What Hummingbird's HTTP/1.1 channel leaves to the application at the edge, as a channel
+/// handler between its codec and its connection handler, on the connection's event loop:
 /// - `Expect: 100-continue` is answered `100 Continue` before the body is read (curl waits a
 ///   second for it before sending a body over 1 KiB), unless the body declared is over the limit:
 ///   then the final answer, 413, comes instead;
+/// - a request whose body is still arriving `readTimeout` after its head (however steadily it
+///   trickles: a byte a second would otherwise hold the connection without end; silence alone is
+///   Hummingbird's idle timeout) is answered `408` and the connection closed;
 /// - an answer that says `Connection: close` (413, 408, 501) closes the connection once it is
 ///   written: the client's remaining bytes are not read.
 final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
@@ -253,23 +250,70 @@ final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let maxBody: Int
+    private let readTimeout: TimeAmount
     private var closeAfterAnswer = false
+    /// The 408 of the request being read, due at its read timeout (nil: no body is awaited).
+    private var readDeadline: Scheduled<Void>?
+    /// A 408 was written: nothing more is.
+    private var timedOut = false
 
-    init(maxBody: Int) { self.maxBody = maxBody }
+    init(maxBody: Int, readTimeout: Duration) {
+        self.maxBody = maxBody
+        self.readTimeout = .nanoseconds(Int64(readTimeout.components.seconds) * 1_000_000_000 + readTimeout.components.attoseconds / 1_000_000_000)
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head(let head) = unwrapInboundIn(data), head.headerFields[.expect]?.lowercased() == "100-continue" {
-            let declared = head.headerFields[.contentLength].flatMap { Int($0) } ?? 0
-            if declared <= maxBody {
-                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
+        guard !timedOut else { return }
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            if head.headerFields[.expect]?.lowercased() == "100-continue" {
+                let declared = head.headerFields[.contentLength].flatMap { Int($0) } ?? 0
+                if declared <= maxBody {
+                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
+                }
             }
+            // A body to wait for: a length over zero, or a transfer coding.
+            if head.headerFields[.transferEncoding] != nil || (head.headerFields[.contentLength].flatMap { Int($0) } ?? 0) > 0 {
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+                readDeadline?.cancel()
+                readDeadline = context.eventLoop.scheduleTask(in: readTimeout) { handler.value.readTimedOut(bound.value) }
+            }
+        case .end:
+            readDeadline?.cancel()
+            readDeadline = nil
+        case .body:
+            break
         }
         context.fireChannelRead(data)
     }
 
+    /// The request's body did not arrive whole in time: 408, and the connection closed.
+    private func readTimedOut(_ context: ChannelHandlerContext) {
+        readDeadline = nil
+        timedOut = true
+        let seconds = readTimeout.nanoseconds / 1_000_000_000
+        let body = ServiceResponse.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s").body
+        let head = HTTPResponse(
+            status: .requestTimeout,
+            headerFields: [.contentType: "application/json", .cacheControl: "no-store", .contentLength: String(body.count), .connection: "close"])
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.write(wrapOutboundOut(.body(context.channel.allocator.buffer(bytes: body))), promise: nil)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+    }
+
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        // After a 408 the application's own answer (to a request that never arrived whole) is dropped.
+        guard !timedOut else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
         switch unwrapOutboundIn(data) {
         case .head(let head) where head.status.kind != .informational:
+            // Answered before the body came whole (413): the body is no longer waited for.
+            readDeadline?.cancel()
+            readDeadline = nil
             closeAfterAnswer = head.headerFields[.connection]?.lowercased() == "close"
             context.write(data, promise: promise)
         case .end where closeAfterAnswer:
@@ -282,5 +326,10 @@ final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         default:
             context.write(data, promise: promise)
         }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        readDeadline?.cancel()
+        readDeadline = nil
     }
 }

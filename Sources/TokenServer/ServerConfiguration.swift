@@ -381,7 +381,13 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     var maxSessionAge: Double { sessions?.maxSessionAgeSeconds ?? 7 * 86_400 }
     var issuerKeyDirectory: String { issuer?.keyDirectory ?? (stateDirectory as NSString).appendingPathComponent("issuer") }
     var requestTimeout: Double { limits?.requestTimeoutSeconds ?? 10 }
-    var maxConnections: Int { limits?.maxConnections ?? Self.defaultMaxConnections }
+    /// `limits.maxConnections`, never past the open-file limit less 128 (``defaultMaxConnections``,
+    /// also the default): connections must not take the descriptors the ledger, key fetches and
+    /// logs need, and out of descriptors SwiftNIO's listening socket (under Hummingbird's server)
+    /// wakes for every failed accept — most of a core until connections close.
+    var maxConnections: Int { min(limits?.maxConnections ?? Self.defaultMaxConnections, Self.defaultMaxConnections) }
+    /// Whether `limits.maxConnections` asks for more than the open-file limit allows (it is lowered).
+    var maxConnectionsLowered: Bool { (limits?.maxConnections ?? 0) > Self.defaultMaxConnections }
 
     /// The open-file limit (`RLIMIT_NOFILE`, soft) less 128, at least 16; 10,000 when it cannot be read.
     static var defaultMaxConnections: Int {

@@ -53,7 +53,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port (overrides the configuration; 0 picks a free one).")
     var port: Int?
 
-    @Option(help: "Most connections open at once; past it, accepting stops until one closes (overrides the configuration's limits.maxConnections; default: the open-file limit less 128).")
+    @Option(help: "Most connections open at once; past it, accepting stops until one closes (overrides the configuration's limits.maxConnections; default, and most: the open-file limit less 128, at least 16).")
     var maxConnections: Int?
 
     @Option(help: "PEM certificate chain: serve HTTPS (with --tls-key; overrides the configuration's tls). Devices may then renew over mutual TLS.")

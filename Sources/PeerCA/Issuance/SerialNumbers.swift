@@ -21,8 +21,11 @@ package enum SerialNumbers {
         var bytes = [UInt8](repeating: 0, count: 16)
         bytes[0] = 0x40
         for i in 0..<6 { bytes[1 + i] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * i)) }
+        // Two draws of 64 bits (each one `getrandom` call), 72 of their bits used.
         var generator = SystemRandomNumberGenerator()
-        for i in 7..<16 { bytes[i] = generator.next() }
+        let high = generator.next() as UInt64, low = generator.next() as UInt64
+        bytes[7] = UInt8(truncatingIfNeeded: high)
+        for i in 0..<8 { bytes[8 + i] = UInt8(truncatingIfNeeded: low >> (56 - 8 * i)) }
         return Certificate.SerialNumber(bytes: bytes)
     }
 
