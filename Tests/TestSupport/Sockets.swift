@@ -93,6 +93,28 @@ public final class LoopbackSocket: @unchecked Sendable {
     public func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
 
     /// Everything until the server closes the connection (or `seconds` pass without a byte).
+    /// Reads until one whole HTTP response has arrived (its head and as many body bytes as its
+    /// `Content-Length` says), the connection closes, or `seconds` pass: a keep-alive answer on a
+    /// busy machine, without waiting for a silence after it.
+    public func receiveResponse(seconds: Int = 60) -> [UInt8] {
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let deadline = Date().addingTimeInterval(TimeInterval(seconds))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while Date() < deadline {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count == 0 { break }
+            if count > 0 { received += buffer[..<count] }
+            let text = String(decoding: received, as: UTF8.self)
+            if let end = text.range(of: "\r\n\r\n") {
+                let length = text[..<end.lowerBound].firstMatch(of: /(?i)content-length: *(\d+)/).flatMap { Int($0.1) } ?? 0
+                if text.utf8.distance(from: end.upperBound, to: text.endIndex) >= length { break }
+            }
+        }
+        return received
+    }
+
     public func receiveAll(seconds: Int = 10) -> [UInt8] {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

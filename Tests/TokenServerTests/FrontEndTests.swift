@@ -306,7 +306,7 @@ struct FrontEndTests {
                 return (first, second)
             }
             // Both accepted and served (an accept batch may go past the cap: the third connects after).
-            let answers = try await offThePool { [first.receiveAll(seconds: 2), second.receiveAll(seconds: 2)] }
+            let answers = try await offThePool { [first.receiveResponse(seconds: 60), second.receiveResponse(seconds: 60)] }
             #expect(answers.allSatisfy { Self.responses($0).first?.status == 200 }, "the first two connections are served")
             let third = try await offThePool { try LoopbackSocket(port: port) }
             let waiting = try await offThePool { () throws -> [UInt8] in
