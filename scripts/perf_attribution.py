@@ -125,7 +125,7 @@ def self_test():
         "perf_attribution: 5 samples, 40.0 µs outside idle",
         "Swift pool: 20.0 µs (crypto 10.0 µs, Swift runtime 10.0 µs)",
         "  outside crypto, by the nearest Swift caller's module: TokenKit 10.0 µs",
-        "dispatch queues (GRDB writer, checkpoints): 20.0 µs (SQLite 10.0 µs, kernel 10.0 µs)",
+        "dispatch queues (GRDB writer and readers): 20.0 µs (SQLite 10.0 µs, kernel 10.0 µs)",
         "  outside crypto, by the nearest Swift caller's module: GRDB 20.0 µs",
         "idle: 10.0 µs (kernel 10.0 µs)",
     ]
