@@ -259,21 +259,19 @@ final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     init(maxBody: Int, readTimeout: Duration) {
         self.maxBody = maxBody
-        self.readTimeout = .nanoseconds(Int64(readTimeout.components.seconds) * 1_000_000_000 + readTimeout.components.attoseconds / 1_000_000_000)
+        self.readTimeout = TimeAmount(readTimeout)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !timedOut else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            if head.headerFields[.expect]?.lowercased() == "100-continue" {
-                let declared = head.headerFields[.contentLength].flatMap { Int($0) } ?? 0
-                if declared <= maxBody {
-                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
-                }
+            let declared = head.headerFields[.contentLength].flatMap { Int($0) } ?? 0
+            if declared <= maxBody, head.headerFields[.expect]?.lowercased() == "100-continue" {
+                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponse(status: .continue))), promise: nil)
             }
             // A body to wait for: a length over zero, or a transfer coding.
-            if head.headerFields[.transferEncoding] != nil || (head.headerFields[.contentLength].flatMap { Int($0) } ?? 0) > 0 {
+            if declared > 0 || head.headerFields[.transferEncoding] != nil {
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
                 let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
                 readDeadline?.cancel()
@@ -293,10 +291,11 @@ final class EdgeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         readDeadline = nil
         timedOut = true
         let seconds = readTimeout.nanoseconds / 1_000_000_000
-        let body = ServiceResponse.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s").body
-        let head = HTTPResponse(
-            status: .requestTimeout,
-            headerFields: [.contentType: "application/json", .cacheControl: "no-store", .contentLength: String(body.count), .connection: "close"])
+        let answer = ServiceResponse.error(408, "request_timeout", "the request did not arrive whole within \(seconds) s")
+        let body = answer.body
+        // The headers every answer of the service has (``ServiceResponse/http(close:)``), and its length.
+        var head = answer.http(close: true).head
+        head.headerFields[.contentLength] = String(body.count)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(context.channel.allocator.buffer(bytes: body))), promise: nil)
         let channel = context.channel
