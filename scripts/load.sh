@@ -22,16 +22,9 @@ for endpoint in auth certificates; do
     else
         body="{\"provider\":\"dev\",\"token\":\"$token\",\"csr\":$csr}"
     fi
-    cat > "$work/$endpoint.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[$body]]
-done = function(summary, latency, requests)
-  local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT $endpoint requests/s %.0f p50_ms %.2f p99_ms %.2f requests %d errors %d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests, errors))
-end
-LUA
-    wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/$endpoint.lua" "http://127.0.0.1:$port/v1/$endpoint" | grep RESULT
+    printf 'return {\n[==[%s]==],\n}\n' "$body" > "$work/$endpoint.bodies.lua"
+    wrk_script "$work/$endpoint.bodies.lua" "$work/$endpoint.lua"
+    wrk -t2 -c"$connections" -d"${seconds}s" --latency -s "$work/$endpoint.lua" "http://127.0.0.1:$port/v1/$endpoint" | grep '^RESULT' \
+        | sed "s/^RESULT /RESULT $endpoint /"
 done
 echo "ledger: $(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from certificates").fetchone()[0])' "$work/tokentool-state/ledger.sqlite") certificates recorded"
