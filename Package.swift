@@ -151,6 +151,7 @@ let package = Package(
                 .product(name: "NIOExtras", package: "swift-nio-extras", condition: server),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras", condition: server),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
+                .product(name: "Crypto", package: "swift-crypto", condition: server),
             ],
             swiftSettings: strictSettings
         ),

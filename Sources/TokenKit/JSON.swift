@@ -33,6 +33,19 @@ public enum JSONValue: Sendable, Hashable {
     /// A JSON number for an integer.
     public static func integer(_ value: Int) -> JSONValue { .number(String(value)) }
 
+    /// The value a claim path names in an object: the member named `path` itself when there is one
+    /// (a claim such as `https://example.com/roles` has dots in its name), else the path followed
+    /// member by member through nested objects (`user.role`); nil when it leads nowhere.
+    public static func value(atPath path: String, in object: [String: JSONValue]) -> JSONValue? {
+        if let whole = object[path] { return whole }
+        var current = JSONValue.object(object)
+        for name in path.split(separator: ".", omittingEmptySubsequences: false) {
+            guard case .object(let members) = current, let next = members[String(name)] else { return nil }
+            current = next
+        }
+        return current
+    }
+
     /// Serializes compactly, object members sorted by name (deterministic output).
     public var compactText: String { String(decoding: compactBytes, as: UTF8.self) }
 

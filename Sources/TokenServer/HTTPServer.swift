@@ -60,13 +60,16 @@ public enum TokenHTTPServer {
 
     /// The router of a table of endpoints (tests give their own table).
     static func router(_ endpoints: ServiceEndpoints) -> CountedRouter {
+        let dittoSignature = HTTPField.Name(DittoWebhookSignature.headerName)
         // HEAD: each GET route's answer without its body (a load balancer's HEAD /healthz).
         let router = Router(context: TokenRequestContext.self, options: .autoGenerateHeadEndpoints)
         for endpoint in endpoints.endpoints {
             router.on(RouterPath(endpoint.path), method: endpoint.method == .get ? .get : .post) { request, context -> Response in
                 let body = endpoint.readsBody ? try await collect(request, within: endpoints) : []
+                let signatures = dittoSignature.map { request.headers[values: $0] } ?? []
                 let serviceRequest = ServiceRequest(
-                    body: body, authorization: request.headers[.authorization], contentType: request.headers[.contentType], channel: context.channel)
+                    body: body, authorization: request.headers[.authorization], contentType: request.headers[.contentType],
+                    dittoSignature: signatures.isEmpty ? nil : signatures.joined(separator: ","), channel: context.channel)
                 return await endpoint.respond(serviceRequest).http
             }
         }

@@ -13,6 +13,9 @@ struct ProviderVerifier: Sendable {
     let identityRules: IssuancePolicy
     let permissions: ServerConfiguration.Permissions?
     let permissionsClaim: String?
+    /// Ditto's sample webhook's rules (`dittoRules`), which then decide permissions, `userID`,
+    /// `clientInfo` and `identityServiceMetadata`.
+    var dittoRules: DittoRules? = nil
 
     /// What a verified token says, for the webhook and the CA.
     struct Outcome: Sendable {
@@ -41,16 +44,18 @@ struct ProviderVerifier: Sendable {
         return Outcome(token: verified.token, claims: claims, identity: identity, userInfo: info)
     }
 
-    /// The user's Ditto permissions: from the permissions claim when the provider names one and
-    /// the token carries it (it must have Ditto's shape), else the configured ones.
-    func permissions(_ claims: [String: JSONValue]) throws(ServiceRefusal) -> JSONValue {
+    /// The user's Ditto permissions: from the provider's `dittoRules` when it has them (the rules
+    /// the token's claims match, merged); else from the permissions claim when the provider names
+    /// one and the token carries it (it must have Ditto's shape); else the configured ones.
+    func permissions(_ claims: [String: JSONValue]) throws(ServiceRefusal) -> DittoPermissions {
+        if let dittoRules { return dittoRules.permissions(for: claims) }
         if let claim = permissionsClaim, let value = claims[claim] {
             return try DittoPermissions.validated(value, claim: claim)
         }
         guard let permissions else {
             throw ServiceRefusal("missing_permissions", "the token carries no \"\(permissionsClaim ?? "")\" claim, and the provider grants none")
         }
-        return DittoPermissions.json(permissions)
+        return DittoPermissions(permissions)
     }
 }
 
@@ -61,47 +66,6 @@ struct ServiceRefusal: Error {
     init(_ code: String, _ message: String) {
         self.code = code
         self.message = message
-    }
-}
-
-/// Ditto's permissions shape: `{"read": P, "write": P}` with `P = {"everything": Bool,
-/// "queriesByCollection": {collection: query string}}`.
-enum DittoPermissions {
-    static func json(_ permissions: ServerConfiguration.Permissions) -> JSONValue {
-        func permission(_ p: ServerConfiguration.Permission) -> JSONValue {
-            .object(["everything": .bool(p.everything), "queriesByCollection": .object(p.queriesByCollection.mapValues { .string($0) })])
-        }
-        return .object(["read": permission(permissions.read), "write": permission(permissions.write)])
-    }
-
-    /// The claim's value when it has Ditto's shape (nothing more, nothing less); a refusal naming
-    /// what is wrong otherwise.
-    static func validated(_ value: JSONValue, claim: String) throws(ServiceRefusal) -> JSONValue {
-        func refuse(_ what: String) -> ServiceRefusal { ServiceRefusal("invalid_permissions", "the \"\(claim)\" claim \(what)") }
-        guard case .object(let top) = value else { throw refuse("must be an object {read, write}") }
-        if let extra = top.keys.first(where: { $0 != "read" && $0 != "write" }) { throw refuse("has an unknown member \"\(extra.prefix(40))\"") }
-        var out: [String: JSONValue] = [:]
-        for side in ["read", "write"] {
-            guard case .object(let permission)? = top[side] else { throw refuse("needs \"\(side)\" as an object") }
-            if let extra = permission.keys.first(where: { $0 != "everything" && $0 != "queriesByCollection" }) {
-                throw refuse("has an unknown member \"\(side).\(extra.prefix(40))\"")
-            }
-            guard case .bool(let everything)? = permission["everything"] else { throw refuse("needs \"\(side).everything\" as a boolean") }
-            var queries: [String: JSONValue] = [:]
-            switch permission["queriesByCollection"] {
-            case nil: break
-            case .object(let byCollection)?:
-                for (collection, query) in byCollection {
-                    guard !collection.isEmpty, case .string = query else {
-                        throw refuse("needs \"\(side).queriesByCollection\" to map collection names to query strings")
-                    }
-                    queries[collection] = query
-                }
-            default: throw refuse("needs \"\(side).queriesByCollection\" as an object")
-            }
-            out[side] = .object(["everything": .bool(everything), "queriesByCollection": .object(queries)])
-        }
-        return .object(out)
     }
 }
 
@@ -117,7 +81,8 @@ struct ProviderSet: Sendable {
         do {
             for (name, provider) in configuration.providers.sorted(by: { $0.key < $1.key }) {
                 let key = "providers.\(name)"
-                let description = try Self.description(provider, key: key)
+                let rules = try provider.dittoRules.map { path throws(ConfigurationError) in try Self.dittoRules(path, key: "\(key).dittoRules") }
+                let description = try Self.description(provider, key: key, acceptsNoExpiration: rules?.defaultExpirationSeconds != nil)
                 let verifier: TokenSourceVerifier
                 do {
                     verifier = try description.makeVerifier {
@@ -129,8 +94,8 @@ struct ProviderSet: Sendable {
                     throw ConfigurationError(key: provider.type == .hs256 ? "\(key).secretFile" : "\(key).keyFile", error.message)
                 }
                 providers[name] = ProviderVerifier(
-                    name: name, verifier: verifier, identityRules: identityRules(name, provider, caPolicy: caPolicy),
-                    permissions: provider.permissions, permissionsClaim: provider.permissionsClaim)
+                    name: name, verifier: verifier, identityRules: identityRules(name, provider, caPolicy: caPolicy, dittoRules: rules),
+                    permissions: provider.permissions, permissionsClaim: provider.permissionsClaim, dittoRules: rules)
             }
         } catch {
             let pool = stores
@@ -140,14 +105,30 @@ struct ProviderSet: Sendable {
         return ProviderSet(providers: providers, stores: stores)
     }
 
+    /// A provider's `dittoRules` file, read and checked; an error names the file's member.
+    static func dittoRules(_ path: String, key: String) throws(ConfigurationError) -> DittoRules {
+        let bytes = try ConfigurationError.read(path, key: key)
+        do throws(DittoRules.Problem) { return try DittoRules.parse(bytes) } catch {
+            throw ConfigurationError(key: key, "(\(path)): \(error.key.isEmpty ? "the file" : error.key) \(error.message)")
+        }
+    }
+
     /// The CA's policy with one provider's identity rules.
-    static func identityRules(_ name: String, _ provider: ServerConfiguration.Provider, caPolicy: IssuancePolicy) -> IssuancePolicy {
+    static func identityRules(
+        _ name: String, _ provider: ServerConfiguration.Provider, caPolicy: IssuancePolicy, dittoRules: DittoRules? = nil
+    ) -> IssuancePolicy {
         var rules = caPolicy
         rules.provider = name
         // A PDA is its owner's identity (HAT: "iss is the address of the PDA … that you should be
         // logging in"); a `sub` is the PDA's own, and two PDAs may sign the same one.
         rules.accountClaim = provider.account?.claim ?? (provider.type == .pda ? "iss" : "sub")
         rules.accountPrefix = provider.account?.prefix ?? "\(name):"
+        if let dittoRules {
+            // The userID the sample webhook answered: Ditto keeps a user's data by it.
+            rules.accountClaim = dittoRules.userIDField
+            rules.accountPrefix = provider.account?.prefix ?? ""
+            rules.lifetimeWithoutExpiration = dittoRules.defaultExpirationSeconds.map(TimeInterval.init)
+        }
         if let profile = provider.profileClaims { rules.profileClaims = profile }
         if let factors = provider.factors {
             rules.factorPolicy = FactorPolicy(
@@ -157,8 +138,8 @@ struct ProviderSet: Sendable {
     }
 
     /// How one configured provider verifies tokens; errors name the configuration key.
-    static func description(_ provider: ServerConfiguration.Provider, key: String) throws -> TokenVerifierDescription {
-        let policy = ClaimsPolicy(issuers: Set(provider.issuers ?? []), audiences: Set(provider.audiences ?? []))
+    static func description(_ provider: ServerConfiguration.Provider, key: String, acceptsNoExpiration: Bool = false) throws -> TokenVerifierDescription {
+        let policy = ClaimsPolicy(requireExpiration: !acceptsNoExpiration, issuers: Set(provider.issuers ?? []), audiences: Set(provider.audiences ?? []))
         switch provider.type {
         case .pda:
             var allowList = IssuerAllowList.hat

@@ -88,22 +88,51 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         }
     }
 
-    /// Read and write permissions in Ditto's shape.
+    /// One side (read or write) of Ditto's permissions: everything, or per collection the Ditto
+    /// queries that select what may be touched ("Each value is an array of Ditto queries"). In
+    /// configuration a single query string is read as a one-query array.
     public struct Permission: Sendable, Codable, Hashable {
         public var everything: Bool
-        public var queriesByCollection: [String: String]
-        public init(everything: Bool, queriesByCollection: [String: String] = [:]) {
+        public var queriesByCollection: [String: [String]]
+        public init(everything: Bool, queriesByCollection: [String: [String]] = [:]) {
             self.everything = everything
             self.queriesByCollection = queriesByCollection
         }
+
+        enum CodingKeys: String, CodingKey { case everything, queriesByCollection }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            everything = try container.decode(Bool.self, forKey: .everything)
+            let byCollection = try container.decodeIfPresent([String: OneOrMany].self, forKey: .queriesByCollection) ?? [:]
+            queriesByCollection = byCollection.mapValues(\.values)
+        }
+
+        /// A query string or an array of them.
+        struct OneOrMany: Decodable {
+            let values: [String]
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.singleValueContainer()
+                if let one = try? container.decode(String.self) { values = [one] } else {
+                    do { values = try container.decode([String].self) } catch {
+                        throw DecodingError.dataCorrupted(.init(
+                            codingPath: decoder.codingPath, debugDescription: "must be an array of Ditto query strings (or one query string)"))
+                    }
+                }
+            }
+        }
     }
 
+    /// Ditto's permissions: read, write, and whether remote queries (`remoteQuery`) are allowed;
+    /// `remoteQuery` is answered only when it is stated.
     public struct Permissions: Sendable, Codable, Hashable {
         public var read: Permission
         public var write: Permission
-        public init(read: Permission, write: Permission) {
+        public var remoteQuery: Bool?
+        public init(read: Permission, write: Permission, remoteQuery: Bool? = nil) {
             self.read = read
             self.write = write
+            self.remoteQuery = remoteQuery
         }
         /// Read and write everything.
         public static let everything = Permissions(read: Permission(everything: true), write: Permission(everything: true))
@@ -154,7 +183,8 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var issuers: [String]?
         /// Accepted audiences (the token's `aud` must contain one).
         public var audiences: [String]?
-        /// Permissions granted to this provider's users. Required unless `permissionsClaim` is given.
+        /// Permissions granted to this provider's users. Required unless `permissionsClaim` or
+        /// `dittoRules` is given.
         public var permissions: Permissions?
         /// A claim holding Ditto permissions (`{"read": {...}, "write": {...}}`) that replaces them;
         /// a claim not in that shape is a refusal (`invalid_permissions`), never a default.
@@ -169,6 +199,34 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var profileClaims: [String]?
         /// What the sign-in must show: factors (`amr`), context (`acr`), recency.
         public var factors: Factors?
+        /// A file in the format of Ditto's sample webhook's `config.json` (permissions by
+        /// `path.to.claim.value`, `userIDField`, `clientInfo`, `identityServiceMetadata`,
+        /// `defaultExpirationSeconds`), which then decides the permissions and `userID` (the
+        /// account UID, without a prefix unless `account.prefix` says one).
+        public var dittoRules: String?
+    }
+
+    /// The authentication webhook's settings.
+    public struct Webhook: Sendable, Codable, Hashable {
+        /// Ditto's `ditto-signature` header: checked before anything else is done.
+        public var signature: Signature?
+        public init(signature: Signature? = nil) { self.signature = signature }
+    }
+
+    /// How `ditto-signature` (`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`) is checked.
+    public struct Signature: Sendable, Codable, Hashable {
+        /// Files (mode 0600) each holding a shared secret as Ditto shows it (base64); more than one
+        /// while a secret is rotated: a signature by any of them is accepted.
+        public var secretFiles: [String]
+        /// How far the header's time may be from ours. Default 300 s.
+        public var toleranceSeconds: Double?
+        /// Whether a request without the header is refused. Default true.
+        public var required: Bool?
+        public init(secretFiles: [String], toleranceSeconds: Double? = nil, required: Bool? = nil) {
+            self.secretFiles = secretFiles
+            self.toleranceSeconds = toleranceSeconds
+            self.required = required
+        }
     }
 
     /// A provider's account UID rule.
@@ -237,10 +295,12 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
     /// OpenWeb single sign-on (`POST /v1/sso/openweb`); the endpoint answers 404 without it.
     public var openweb: OpenWeb?
     public var issuer: Issuer?
+    /// The authentication webhook's settings (its signature check).
+    public var webhook: Webhook?
 
     public init() {}
 
-    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin, issuer, openweb }
+    enum CodingKeys: String, CodingKey { case listen, tls, state, ca, store, limits, providers, sessions, admin, issuer, openweb, webhook }
 
     /// Keys that are left out take their defaults.
     public init(from decoder: any Decoder) throws {
@@ -256,6 +316,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         admin = try container.decodeIfPresent(Admin.self, forKey: .admin)
         openweb = try container.decodeIfPresent(OpenWeb.self, forKey: .openweb)
         issuer = try container.decodeIfPresent(Issuer.self, forKey: .issuer)
+        webhook = try container.decodeIfPresent(Webhook.self, forKey: .webhook)
     }
 
     /// Parses and validates a configuration file's JSON.
@@ -363,15 +424,29 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
                 throw ConfigurationError(key: "\(key).\(field)", "is not used by type \(provider.type.rawValue)\(hint)")
             }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
-            if provider.permissions == nil, provider.permissionsClaim == nil {
+            if provider.dittoRules != nil {
+                if provider.permissions != nil { throw ConfigurationError(key: "\(key).permissions", "is not used with dittoRules (its rules grant the permissions)") }
+                if provider.permissionsClaim != nil {
+                    throw ConfigurationError(key: "\(key).permissionsClaim", "is not used with dittoRules (its rules grant the permissions)")
+                }
+                if provider.account?.claim != nil {
+                    throw ConfigurationError(key: "\(key).account.claim", "is not used with dittoRules (its userIDField names the account's claim)")
+                }
+            } else if provider.permissions == nil, provider.permissionsClaim == nil {
                 throw ConfigurationError(
                     key: "\(key).permissions",
-                    "must be stated: {\"read\": {\"everything\": …, \"queriesByCollection\": {…}}, \"write\": {…}} (Ditto's shape), or a permissionsClaim")
+                    "must be stated: {\"read\": {\"everything\": …, \"queriesByCollection\": {collection: [query]}}, \"write\": {…}} (Ditto's shape), or a permissionsClaim, or dittoRules")
             }
             if let age = provider.factors?.maxSignInAgeSeconds, !(age > 0) {
                 throw ConfigurationError(key: "\(key).factors.maxSignInAgeSeconds", "must be more than 0")
             }
             if let claim = provider.account?.claim, claim.isEmpty { throw ConfigurationError(key: "\(key).account.claim", "must not be empty") }
+        }
+        if let signature = webhook?.signature {
+            if signature.secretFiles.isEmpty { throw ConfigurationError(key: "webhook.signature.secretFiles", "must name at least one file") }
+            if let tolerance = signature.toleranceSeconds, !(tolerance >= 1 && tolerance <= 3600) {
+                throw ConfigurationError(key: "webhook.signature.toleranceSeconds", "must be 1 to 3600")
+            }
         }
         try validateOpenWeb()
     }

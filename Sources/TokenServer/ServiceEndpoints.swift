@@ -5,12 +5,14 @@ import PeerCAPostgres
 import Prometheus
 
 /// One request as the service's endpoints see it: the body
-/// (already within `limits.maxBodyBytes`), the two headers an endpoint reads, and the certificate
+/// (already within `limits.maxBodyBytes`), the headers an endpoint reads, and the certificate
 /// the client presented over mutual TLS, read only by the endpoint that wants it.
 struct ServiceRequest: Sendable {
     var body: [UInt8]
     var authorization: String?
     var contentType: String?
+    /// Ditto's `ditto-signature` header (several joined with commas), read by the webhook.
+    var dittoSignature: String? = nil
     /// The connection the request came on (its TLS handler holds the client's certificate).
     var channel: any Channel
 
@@ -89,7 +91,7 @@ struct ServiceEndpoints: Sendable {
         // OCSP clients read an OCSP response: past the deadline, `tryLater`.
         let ocspTryLater = ServiceResponse(status: 200, contentType: "application/ocsp-response", body: PeerCertificateAuthority.ocspTryLater)
         var endpoints = [
-            post("/v1/auth", "auth") { await service.authenticate($0.body) },
+            post("/v1/auth", "auth") { await service.authenticate($0.body, dittoSignature: $0.dittoSignature) },
             post("/v1/certificates", "certificates") { await service.issueCertificate($0.body) },
             post("/v1/certificates/renew", "renew") { await service.renewCertificate($0.body, clientCertificateDER: await $0.clientCertificateDER()) },
             post("/v1/logout", "logout") { await service.logout($0.body) },

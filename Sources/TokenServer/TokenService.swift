@@ -80,10 +80,38 @@ public final class TokenService: Sendable {
                 throw ConfigurationError(key: "issuer.keyDirectory", error.message)
             }
         }
+        let signature = try configuration.webhook?.signature.map(Self.webhookSignature)
         return TokenService(
             configuration: configuration, ca: ca, providers: providers, logger: logger, appID: configuration.ca?.appID, store: store,
             sessions: SessionDenyList(ledger: store.ledger, refreshInterval: configuration.sessionRefresh, logger: logger),
-            adminToken: adminToken, openWeb: openWeb.map(OpenWebSSO.init(settings:)), issuer: issuer)
+            adminToken: adminToken, openWeb: openWeb.map(OpenWebSSO.init(settings:)), issuer: issuer, signature: signature)
+    }
+
+    /// The webhook's signature check from `webhook.signature`: each secret file private (0600)
+    /// and holding base64.
+    static func webhookSignature(_ settings: ServerConfiguration.Signature) throws(ConfigurationError) -> WebhookSignatureCheck {
+        var secrets: [[UInt8]] = []
+        for (index, path) in settings.secretFiles.enumerated() {
+            let key = "webhook.signature.secretFiles[\(index)]"
+            try ConfigurationError.checkPrivate(path, key: key)
+            let text = String(decoding: try ConfigurationError.read(path, key: key), as: UTF8.self)
+            guard let secret = DittoWebhookSignature.secret(base64: text), secret.count >= 16 else {
+                throw ConfigurationError(key: key, "must hold a shared secret in base64, as Ditto shows it (16 bytes or more once decoded)")
+            }
+            secrets.append(secret)
+        }
+        do throws(DittoWebhookSignature.Refusal) {
+            return WebhookSignatureCheck(
+                signature: try DittoWebhookSignature(secrets: secrets, tolerance: settings.toleranceSeconds ?? 300), required: settings.required ?? true)
+        } catch {
+            throw ConfigurationError(key: "webhook.signature.secretFiles", error.message)
+        }
+    }
+
+    /// The webhook's signature check, and whether a request without a signature is refused.
+    struct WebhookSignatureCheck: Sendable {
+        let signature: DittoWebhookSignature
+        let required: Bool
     }
 
     let store: LedgerStore
@@ -97,11 +125,15 @@ public final class TokenService: Sendable {
     let openWeb: OpenWebSSO?
     /// The service's own counters (decisions, certificates issued, sessions ended, …).
     let counters = CounterCache()
+    /// The webhook's `ditto-signature` check, when `webhook.signature` is configured.
+    let signature: WebhookSignatureCheck?
 
     init(
         configuration: ServerConfiguration, ca: PeerCertificateAuthority, providers: ProviderSet, logger: Logger, appID: String?,
-        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?, openWeb: OpenWebSSO? = nil, issuer: TokenIssuer? = nil
+        store: LedgerStore, sessions: SessionDenyList, adminToken: [UInt8]?, openWeb: OpenWebSSO? = nil, issuer: TokenIssuer? = nil,
+        signature: WebhookSignatureCheck? = nil
     ) {
+        self.signature = signature
         self.configuration = configuration
         self.ca = ca
         self.providers = providers
@@ -209,8 +241,23 @@ public final class TokenService: Sendable {
 
     /// The authentication webhook (Ditto's "Online With Authentication"): `{appID | databaseID,
     /// provider, token}` → `{authenticate, authenticated, expirationSeconds, userID, permissions,
-    /// userInfo}`. A refused token is a 200 with `authenticate: false` and an `error` object.
-    public func authenticate(_ body: [UInt8]) async -> ServiceResponse {
+    /// userInfo}` (and `clientInfo`, `identityServiceMetadata` from a provider's `dittoRules`). A
+    /// refused token is a 200 with `authenticate: false` and an `error` object.
+    ///
+    /// With `webhook.signature` configured, `dittoSignature` (the `ditto-signature` header) is
+    /// checked over the raw body first: missing (when required), malformed, stale or wrong is a 401
+    /// with `authenticated: false`, and nothing else is done.
+    public func authenticate(_ body: [UInt8], dittoSignature: String? = nil) async -> ServiceResponse {
+        if let signature, dittoSignature != nil || signature.required {
+            do throws(DittoWebhookSignature.Refusal) { try signature.signature.check(dittoSignature, body: body) } catch {
+                counters.counter("tokenserver_webhook_signature_refusals_total", [("reason", error.code.rawValue)]).increment()
+                logger.warning("webhook call refused: its signature", metadata: ["code": "\(error.code.rawValue)"])
+                return .json(401, .object([
+                    "authenticate": .bool(false), "authenticated": .bool(false),
+                    "error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)]),
+                ]))
+            }
+        }
         let request: Request
         switch parse(body, needs: ["provider", "token"]) {
         case .failure(let error): return error.response
@@ -222,7 +269,7 @@ public final class TokenService: Sendable {
         } catch {
             return refusal(error, provider: request.providerName)
         }
-        let permissions: JSONValue
+        let permissions: DittoPermissions
         do throws(ServiceRefusal) { permissions = try request.provider.permissions(outcome.claims) } catch {
             return refusal(error, provider: request.providerName)
         }
@@ -231,12 +278,17 @@ public final class TokenService: Sendable {
         let seconds = max(0, min(Int(expiration - now), configuration.maxExpirationSeconds))
         var userInfo = outcome.identity.jsonValue.objectValue ?? [:]
         userInfo.merge(outcome.userInfo) { $1 }
-        let response: JSONValue = .object([
+        var members: [String: JSONValue] = [
             "authenticate": .bool(true), "authenticated": .bool(true), "expirationSeconds": .integer(seconds),
             "userID": .string(outcome.identity.accountUID),
-            "permissions": permissions,
+            "permissions": permissions.json,
             "userInfo": .object(userInfo),
-        ])
+        ]
+        if let rules = request.provider.dittoRules {
+            members["clientInfo"] = DittoRules.gathered(rules.clientInfo, from: outcome.claims)
+            members["identityServiceMetadata"] = DittoRules.gathered(rules.identityServiceMetadata, from: outcome.claims)
+        }
+        let response = JSONValue.object(members)
         counters.counter("tokenserver_auth_decisions_total", [("provider", request.providerName), ("result", "accepted")]).increment()
         return .json(200, response)
     }

@@ -28,7 +28,7 @@ struct Tokentool: AsyncParsableCommand {
             """,
         subcommands: [
             Decode.self, Verify.self, Sign.self, Keygen.self, JWKCommand.self, FetchKey.self, CACommand.self, CSRCommand.self, PeerCommand.self,
-            Serve.self, IssuerCommand.self, Exchange.self, Demo.self,
+            Serve.self, WebhookCommand.self, IssuerCommand.self, Exchange.self, Demo.self,
         ]
     )
 

@@ -64,14 +64,83 @@ struct ContractTests {
             return recorded
         }
         #expect(recorded.count == 21)
+        try await Self.check(recorded)
+    }
+
+    /// Runs scripts/check_openapi.py on recorded answers: all must pass.
+    static func check(_ recorded: [JSONValue]) async throws {
         let dir = try temporaryDirectory()
         let file = dir.appendingPathComponent("responses.json")
         try JSONValue.array(recorded).prettyText.write(to: file, atomically: true, encoding: .utf8)
         let python = try #require(which("python3"))
         let result = try await runDetached(python, [
-            Self.root.appendingPathComponent("scripts/check_openapi.py").path, Self.root.appendingPathComponent("docs/openapi.json").path, file.path,
+            root.appendingPathComponent("scripts/check_openapi.py").path, root.appendingPathComponent("docs/openapi.json").path, file.path,
         ])
         #expect(result.status == 0, "\(result.out)\(result.err)")
-        #expect(result.out.contains("21 passed, 0 failed"), "\(result.out)\(result.err)")
+        #expect(result.out.contains("\(recorded.count) passed, 0 failed"), "\(result.out)\(result.err)")
+    }
+
+    /// Ditto's documentation's own examples, verbatim: the webhook's request ("Incoming POST
+    /// body"), its permissions ("Each value is an array of Ditto queries") and its answer; and a
+    /// signed call's refusal. Each answer is also checked against docs/openapi.json.
+    @Test func dittosDocumentedExamples() async throws {
+        // Ditto's "Incoming POST body" example; its token is a placeholder, refused as such.
+        let documentedRequest = #"{ "appID": "YOUR_APP_ID_HERE", "provider": "my-auth", "token": "eyJhbGciOiJI..." }"#
+        // Ditto's permissions example and an answer of its webhook example.
+        let documentedPermissions = try JSONValue.parse(#"""
+            {"read": {"everything": false, "queriesByCollection": {"books": ["_id.locationId == 'abcedef123456'"]}},
+             "write": {"everything": false, "queriesByCollection": {"newspapers": ["true"]}}}
+            """#)
+        let documentedAnswer = try JSONValue.parse(#"""
+            { "authenticate": true, "expirationSeconds": 28800, "userID": "123abc", "permissions": { "read": { "everything": true, "queriesByCollection": {} }, "write": { "everything": true, "queriesByCollection": {} } } }
+            """#)
+        let secretFile = try temporaryDirectory().appendingPathComponent("ditto.secret").path
+        let secret = Array("a Ditto webhook secret, 32 bytes".utf8)
+        try SecureFile.writeNew(secretFile, Array(Data(secret).base64EncodedString().utf8), mode: 0o600)
+        let recorded = try await LiveServer.with(configure: {
+            $0.ca?.appID = "YOUR_APP_ID_HERE"
+            $0.providers["my-auth"] = $0.providers["dev"]
+            $0.providers["my-auth"]?.permissionsClaim = "ditto"
+            $0.webhook = .init(signature: .init(secretFiles: [secretFile]))
+        }) { server in
+            var recorded: [JSONValue] = []
+            var answers: [[String: JSONValue]] = []
+            func record(_ body: [UInt8], signed: Bool = true) async throws {
+                let now = Int(Date().timeIntervalSince1970)
+                let headers = signed ? ["ditto-signature": DittoWebhookSignature.header(for: body, secret: secret, time: now)] : [:]
+                let (status, bytes, responseHeaders) = try await server.request(.POST, "/v1/auth", body: body, headers: headers)
+                let json = try JSONValue.parse(bytes)
+                answers.append(json.objectValue ?? [:])
+                recorded.append(.object([
+                    "path": .string("/v1/auth"), "method": .string("post"), "status": .integer(status),
+                    "contentType": .string(responseHeaders.first(name: "content-type") ?? ""), "body": json,
+                ]))
+            }
+            try await record(Array(documentedRequest.utf8))
+            // The same request with a real token in place of the placeholder, carrying Ditto's permissions.
+            let token = try server.token(["ditto": documentedPermissions])
+            try await record(Array(documentedRequest.replacingOccurrences(of: "eyJhbGciOiJI...", with: token).utf8))
+            try await record(Array(documentedRequest.utf8), signed: false)
+            #expect(answers[0]["authenticated"] == .bool(false) && answers[0]["error"].errorCode == "malformed", "\(answers[0])")
+            #expect(answers[1]["authenticated"] == .bool(true), "\(answers[1])")
+            #expect(answers[1]["permissions"] == documentedPermissions)
+            // Every member of Ditto's answer example is there, with its JSON kind.
+            func kind(_ value: JSONValue?) -> String {
+                switch value {
+                case .object?: "object"
+                case .array?: "array"
+                case .string?: "string"
+                case .number?: "number"
+                case .bool?: "bool"
+                case .null?: "null"
+                case nil: "absent"
+                }
+            }
+            for (name, value) in documentedAnswer.objectValue ?? [:] { #expect(kind(answers[1][name]) == kind(value), "\(name)") }
+            #expect(answers[2]["error"].errorCode == "signature_missing", "\(answers[2])")
+            return recorded
+        }
+        #expect(recorded.map { $0.objectValue?["status"] } == [.integer(200), .integer(200), .integer(401)])
+        try await Self.check(recorded)
     }
 }

@@ -201,7 +201,7 @@ struct RouterTests {
             // A permissions claim must have Ditto's shape; a malformed one is a refusal, never a default.
             let good: JSONValue = .object([
                 "read": .object(["everything": .bool(true), "queriesByCollection": .object([:])]),
-                "write": .object(["everything": .bool(false), "queriesByCollection": .object(["cars": .string("owner == 'ada'")])]),
+                "write": .object(["everything": .bool(false), "queriesByCollection": .object(["cars": .array([.string("owner == 'ada'")])])]),
             ])
             let withClaim = try await auth("claimed", try fixture.token(["ditto": good]))
             #expect(withClaim["permissions"] == good)

@@ -162,11 +162,11 @@ struct ServerTests {
     @Test func webhookPermissionsFromProviderOrClaim() async throws {
         try await LiveServer.with(configure: {
             $0.providers["dev"]?.permissions = .init(
-                read: .init(everything: true), write: .init(everything: false, queriesByCollection: ["cars": "true"]))
+                read: .init(everything: true), write: .init(everything: false, queriesByCollection: ["cars": ["true"]]))
             $0.providers["dev"]?.permissionsClaim = "ditto"
         }) { server in
             let fromClaim: JSONValue = .object([
-                "read": .object(["everything": .bool(false), "queriesByCollection": .object(["notes": .string("owner == 'u'")])]),
+                "read": .object(["everything": .bool(false), "queriesByCollection": .object(["notes": .array([.string("owner == 'u'")])])]),
                 "write": .object(["everything": .bool(false), "queriesByCollection": .object([:])]),
             ])
             let withClaim = try await server.json("/v1/auth", ["appID": .string("dev"), "provider": .string("dev"), "token": .string(try server.token(["ditto": fromClaim]))])
@@ -175,7 +175,7 @@ struct ServerTests {
             let permissions = without.json["permissions"]?.objectValue
             #expect(permissions?["read"]?.objectValue?["everything"] == .bool(true))
             #expect(permissions?["write"]?.objectValue?["everything"] == .bool(false))
-            #expect(permissions?["write"]?.objectValue?["queriesByCollection"] == .object(["cars": .string("true")]))
+            #expect(permissions?["write"]?.objectValue?["queriesByCollection"] == .object(["cars": .array([.string("true")])]))
         }
     }
 

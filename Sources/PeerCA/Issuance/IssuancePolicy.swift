@@ -25,7 +25,8 @@ public struct IssuancePolicy: Sendable {
     public var requiredFactors = 0
     /// The latest sign-in (`auth_time`, else `iat`) must be at most this old, if set.
     public var maximumSignInAge: TimeInterval?
-    /// Claim holding the account's user ID. Default `sub`.
+    /// Claim holding the account's user ID: a claim's name, or a path through nested objects
+    /// (`user.id`; a claim named with the dots wins). Default `sub`.
     public var accountClaim = "sub"
     /// Put before the account claim's value to make the account UID, so two providers' users with
     /// the same `sub` stay two accounts (a server's providers use `<provider>:`). Default none.
@@ -42,6 +43,10 @@ public struct IssuancePolicy: Sendable {
     public var tokenReuse: [String: TokenReuse] = [:]
     /// Default ``TokenReuse``. Default: unlimited.
     public var defaultTokenReuse: TokenReuse = .unlimited
+    /// How long the identity of a token without `exp` lasts, counted from now; nil (the default)
+    /// refuses such a token. Set only where the verifier was told to accept tokens without `exp`
+    /// (Ditto's sample webhook's `defaultExpirationSeconds`).
+    public var lifetimeWithoutExpiration: TimeInterval?
 
     /// A policy whose trust domain is derived from an app ID: lower-cased, and followed by
     /// `.<suffix>` when a suffix is given (`2F4E…` → `2f4e….peers.example`).
@@ -70,9 +75,11 @@ public struct IssuancePolicy: Sendable {
     public func identity(for token: VerifiedToken, payload: [String: JSONValue], now: Date) throws(PeerCAError) -> PeerIdentity {
         guard let issuer = token.claims.issuer, !issuer.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"iss\"") }
         guard let subject = token.claims.subject, !subject.isEmpty else { throw PeerCAError(.policyViolation, "the token has no \"sub\"") }
-        guard let expiration = token.claims.expirationDate else { throw PeerCAError(.policyViolation, "the token has no \"exp\"") }
+        guard let expiration = token.claims.expirationDate ?? lifetimeWithoutExpiration.map({ now.addingTimeInterval($0) }) else {
+            throw PeerCAError(.policyViolation, "the token has no \"exp\"")
+        }
         guard expiration > now else { throw PeerCAError(.tokenExpired, "the token expired at \(expiration)") }
-        guard let claimed = payload[accountClaim]?.stringValue, !claimed.isEmpty else {
+        guard let claimed = JSONValue.value(atPath: accountClaim, in: payload)?.stringValue, !claimed.isEmpty else {
             throw PeerCAError(.policyViolation, "the token's \"\(accountClaim)\" must be a non-empty string (it names the account)")
         }
         let account = accountPrefix + claimed
