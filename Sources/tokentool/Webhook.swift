@@ -19,10 +19,10 @@ struct WebhookSign: ParsableCommand {
             configured. The body is signed byte for byte, so send exactly the bytes signed.
 
             Examples:
-              tokentool webhook sign --secret-file ditto-webhook.secret --body-file request.json
-              curl -H "ditto-signature: $(tokentool webhook sign --secret-file s.secret --body-file r.json)" \\
-                   -H 'content-type: application/json' --data-binary @r.json http://127.0.0.1:8080/v1/auth
-              printf '%s' '{"provider":"dev","token":"…"}' | tokentool webhook sign --secret-file s.secret
+              tokentool webhook sign --secret-file s.secret --body-file call.json
+              printf '%s' "$BODY" | tokentool webhook sign --secret-file s.secret
+              SIG=$(tokentool webhook sign --secret-file s.secret --body-file call.json)
+              curl -H "ditto-signature: $SIG" --data-binary @call.json $BASE/v1/auth
             """)
 
     @Option(help: "File holding the shared secret in base64, as Ditto shows it (mode 0600).")
