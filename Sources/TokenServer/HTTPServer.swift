@@ -27,6 +27,7 @@ import TokenKit
 /// | `POST /v1/certificates/renew` | mutual TLS with the current certificate, `{csr}` → a new one |
 /// | `POST /v1/logout` | `{provider, token}` → the account's certificates revoked, its sessions ended |
 /// | `POST /v1/admin/revoke` | `Authorization: Bearer …`, `{serial | account, reason?}` |
+/// | `POST /v1/admin/certificates` | `Authorization: Bearer …`, `{deviceID, csr, validitySeconds, by?}`: a manual (Ditto Manual identity) certificate |
 /// | `POST /v1/sso/openweb` | `{provider, token, codeA}` → `{codeB}` from OpenWeb's `register-user` |
 /// | `POST /v1/token` | token exchange (RFC 8693) → a JWT signed by the service's issuer |
 /// | `GET /.well-known/openid-configuration`, `GET /.well-known/jwks.json` | the issuer's discovery document and keys |

@@ -96,6 +96,7 @@ struct ServiceEndpoints: Sendable {
             post("/v1/certificates/renew", "renew") { await service.renewCertificate($0.body, clientCertificateDER: await $0.clientCertificateDER()) },
             post("/v1/logout", "logout") { await service.logout($0.body) },
             post("/v1/admin/revoke", "admin_revoke") { await service.adminRevoke($0.body, authorization: $0.authorization) },
+            post("/v1/admin/certificates", "admin_certificates") { await service.adminIssue($0.body, authorization: $0.authorization) },
             post("/v1/sso/openweb", "openweb") { await service.openWebSSO($0.body) },
             post("/v1/token", "token") { await service.exchange($0.body, contentType: $0.contentType) },
             get("/.well-known/openid-configuration", "discovery") { service.discoveryDocument() },

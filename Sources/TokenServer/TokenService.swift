@@ -464,13 +464,7 @@ public final class TokenService: Sendable {
     /// `{serial, reason?}` revokes one certificate, `{account, reason?}` every certificate of an
     /// account and its sessions. Reasons are RFC 5280's names (default `unspecified`).
     public func adminRevoke(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
-        guard let adminToken else {
-            return .error(404, "admin_disabled", "no admin credential is configured (admin.tokenFile)")
-        }
-        guard let authorization, AdminCredential.matches(authorization, adminToken) else {
-            counters.counter("tokenserver_admin_refusals_total").increment()
-            return .error(401, "unauthorized", "an admin bearer credential is required")
-        }
+        if let refusal = adminRefusal(authorization) { return refusal }
         let object: [String: JSONValue]
         switch Self.jsonObject(body) {
         case .success(let parsed): object = parsed
@@ -516,6 +510,58 @@ public final class TokenService: Sendable {
             return await endSessions(of: account, reason: reason, by: "admin")
         default:
             return .error(400, "invalid_request", "give exactly one of \"serial\" and \"account\"")
+        }
+    }
+
+    /// Why an admin request is refused (no admin credential configured: 404; a missing or wrong
+    /// bearer: 401), or nil for the administrator.
+    func adminRefusal(_ authorization: String?) -> ServiceResponse? {
+        guard let adminToken else {
+            return .error(404, "admin_disabled", "no admin credential is configured (admin.tokenFile)")
+        }
+        guard let authorization, AdminCredential.matches(authorization, adminToken) else {
+            counters.counter("tokenserver_admin_refusals_total").increment()
+            return .error(401, "unauthorized", "an admin bearer credential is required")
+        }
+        return nil
+    }
+
+    /// An administrator provisions a device (`POST /v1/admin/certificates`, `Authorization:
+    /// Bearer <secret>`), Ditto's Manual identity: `{deviceID, csr, validitySeconds, by?}` → the
+    /// certificate reply, recorded as provider `manual` (``PeerCertificateAuthority/issueManual(deviceID:csr:validity:by:)``).
+    public func adminIssue(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
+        if let refusal = adminRefusal(authorization) { return refusal }
+        let object: [String: JSONValue]
+        switch Self.jsonObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let refusal): return refusal.response
+        }
+        if let extra = object.keys.sorted().first(where: { !["deviceID", "csr", "validitySeconds", "by"].contains($0) }) {
+            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
+        }
+        guard let deviceID = object["deviceID"]?.stringValue else { return .error(400, "invalid_request", "\"deviceID\" must be a string") }
+        guard let csr = object["csr"]?.stringValue else { return .error(400, "invalid_request", "\"csr\" must be a string") }
+        guard let validity = object["validitySeconds"]?.doubleValue else { return .error(400, "invalid_request", "\"validitySeconds\" must be a number") }
+        var by = "admin"
+        if let given = object["by"] {
+            guard let name = given.stringValue else { return .error(400, "invalid_request", "\"by\" must be a string") }
+            by = name
+        }
+        do {
+            let issued = try await ca.issueManual(deviceID: deviceID, csr: try ValidatedCSR(Array(csr.utf8)), validity: validity, by: by)
+            counters.counter("tokenserver_certificates_issued_total", [("provider", PeerCertificateAuthority.manualProvider)]).increment()
+            logger.notice("device provisioned by an admin", metadata: ["serial": "\(issued.serial)", "device": "\(deviceID)"])
+            return .json(200, bytes: issued.replyJSON())
+        } catch {
+            switch error.code {
+            case .invalidCSR, .badCSRSignature, .unsupportedKey, .policyViolation: return .error(400, error.code.rawValue, error.message)
+            case .ledger:
+                logger.error("provisioning refused: the ledger cannot record", metadata: ["error": "\(error.message)"])
+                return .ledgerUnavailable(error)
+            default:
+                logger.error("provisioning failed", metadata: ["code": "\(error.code)", "error": "\(error.message)"])
+                return .error(500, error.code.rawValue, error.message)
+            }
         }
     }
 

@@ -59,11 +59,15 @@ struct ContractTests {
             try await record(.POST, "/v1/admin/revoke", json(["serial": .string("abcdef")]), headers: admin)
             try await record(.POST, "/v1/admin/revoke", json(["serial": .string(serial), "reason": .string("superseded")]), headers: admin)
             try await record(.POST, "/v1/admin/revoke", json(["account": .string("dev:x")]), headers: admin)
+            // Provisioning a device (Ditto's Manual identity), and a refusal without the credential.
+            let device = json(["deviceID": .string("kiosk-1"), "csr": .string(csr), "validitySeconds": .integer(86_400)])
+            try await record(.POST, "/v1/admin/certificates", device, headers: admin)
+            try await record(.POST, "/v1/admin/certificates", device)
             // Renewal needs mutual TLS; over plain HTTP it is refused (RenewalTests covers the rest).
             try await record(.POST, "/v1/certificates/renew", json(["csr": .string(csr)]))
             return recorded
         }
-        #expect(recorded.count == 21)
+        #expect(recorded.count == 23)
         try await Self.check(recorded)
     }
 

@@ -304,3 +304,49 @@ struct DittoTests {
         #expect(throws: ConfigurationError.self) { try both.validate() }
     }
 }
+
+/// Ditto's Manual identity through the service: the administrator provisions a device with no
+/// token (`POST /v1/admin/certificates`); it is revoked and listed in the CRL like any other.
+@Suite("Manual identity over HTTP")
+struct ManualIdentityServerTests {
+    @Test func anAdministratorProvisionsADevice() async throws {
+        let dir = try temporaryDirectory()
+        let adminFile = dir.appendingPathComponent("admin.token").path
+        let adminSecret = "admin-" + UUID().uuidString
+        try SecureFile.writeNew(adminFile, Array(adminSecret.utf8), mode: 0o600)
+        try await LiveServer.with(configure: { $0.admin = ServerConfiguration.Admin(tokenFile: adminFile) }) { server in
+            let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
+            let admin = ["authorization": "Bearer \(adminSecret)"]
+            let request: [String: JSONValue] = ["deviceID": .string("kiosk-7"), "csr": .string(csr), "validitySeconds": .integer(30 * 86_400), "by": .string("ops")]
+            #expect(try await server.json("/v1/admin/certificates", request).status == 401)
+            #expect(try await server.json("/v1/admin/certificates", request, headers: ["authorization": "Bearer wrong"]).status == 401)
+            let (status, issued) = try await server.json("/v1/admin/certificates", request, headers: admin)
+            #expect(status == 200, "\(issued)")
+            #expect(issued["spiffeID"] == .string("spiffe://dev/manual/kiosk-7"), "\(issued)")
+            let serial = try #require(issued["serial"]?.stringValue)
+            // Thirty days, not the 24 h a token's certificate is capped at.
+            let notAfter = try #require(issued["notAfter"]?.stringValue.flatMap { try? Date($0, strategy: .iso8601) })
+            #expect(abs(notAfter.timeIntervalSinceNow - 30 * 86_400) < 3600, "\(notAfter)")
+            let entry = try #require(try await server.service.ca.ledger.entry(serial: serial))
+            #expect(entry.provider == "manual" && entry.tokenID == "ops" && entry.commonName == "kiosk-7")
+            // Bad requests get typed refusals, and nothing is recorded for them.
+            for (bad, code) in [
+                (request.merging(["validitySeconds": .integer(10)]) { $1 }, "policy_violation"),
+                (request.merging(["csr": .string("garbage")]) { $1 }, "invalid_csr"),
+                (request.merging(["deviceID": .string("a\nb")]) { $1 }, "policy_violation"),
+                (request.merging(["extra": .bool(true)]) { $1 }, "invalid_request"),
+            ] {
+                let (refusedStatus, refused) = try await server.json("/v1/admin/certificates", bad, headers: admin)
+                #expect(refusedStatus == 400 && refused["error"].errorCode == code, "\(refused)")
+            }
+            #expect(try await server.service.ca.ledger.recent(limit: 10).count == 1)
+            // Revoked by the admin like any other, and then in the CRL.
+            #expect(try await server.json("/v1/admin/revoke", ["serial": .string(serial)], headers: admin).status == 200)
+            let crl = try await server.request(.GET, "/v1/crl")
+            try Data(crl.body).write(to: dir.appendingPathComponent("crl.der"))
+            let openssl = try #require(which("openssl"))
+            let text = try await runDetached(openssl, ["crl", "-inform", "DER", "-in", "crl.der", "-noout", "-text"], cwd: dir)
+            #expect(text.out.contains(serial.uppercased()), "\(text.out)")
+        }
+    }
+}

@@ -218,6 +218,44 @@ public final class PeerCertificateAuthority: Sendable {
             sessionStart: identity.latestSignIn ?? identity.issuedAt ?? now, renewalOf: nil)
     }
 
+    /// The longest validity of a manually provisioned certificate (``issueManual(deviceID:csr:validity:by:)``):
+    /// 825 days. It never outlives the issuing CA certificate either.
+    public static let manualMaximumValidity: TimeInterval = 825 * 86_400
+
+    /// The provider, and the issuer in the SPIFFE ID, of manually provisioned certificates.
+    public static let manualProvider = "manual"
+
+    /// Issues a certificate for a device an operator provisions, with no identity-provider token
+    /// (Ditto's Manual identity: "an x509 Client Certificate signed by a common, trusted
+    /// Certificate Authority"): CN = `deviceID`, SPIFFE ID `spiffe://<trust domain>/manual/<deviceID>`,
+    /// valid for `validity` seconds (60 s to ``manualMaximumValidity``, and not past the CA
+    /// certificate). Recorded in the ledger as provider `manual`, its token ID naming the operator
+    /// (`by`); revocation, the CRL and OCSP treat it like any other. A device ID or operator name
+    /// that is empty, longer than 64 bytes, or has control or bidirectional formatting characters
+    /// is ``PeerCAError/Code/policyViolation``.
+    public func issueManual(deviceID: String, csr: ValidatedCSR, validity: TimeInterval, by operatorName: String) async throws(PeerCAError) -> IssuedCertificate {
+        for (what, text) in [("device ID", deviceID), ("operator name", operatorName)] {
+            guard !text.isEmpty, text.utf8.count <= 64, !text.unicodeScalars.contains(where: UnprintableText.isUnprintable) else {
+                throw PeerCAError(.policyViolation, "the \(what) must be 1 to 64 bytes without control or bidirectional formatting characters")
+            }
+        }
+        guard validity >= 60, validity <= Self.manualMaximumValidity else {
+            throw PeerCAError(.policyViolation, "a manual certificate's validity must be 60 s to \(Int(Self.manualMaximumValidity / 86_400)) days")
+        }
+        let now = Date(timeIntervalSince1970: clock.now)
+        let second = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
+        let notAfter = Date(timeIntervalSince1970: min(second.addingTimeInterval(validity.rounded(.down)), authority.issuer.notValidAfter).timeIntervalSince1970.rounded(.down))
+        guard notAfter.timeIntervalSince(second) >= 60 else {
+            throw PeerCAError(.policyViolation, "the CA certificate expires at \(ISO8601Text.string(authority.issuer.notValidAfter)): no room for a certificate")
+        }
+        let notBefore = Date(timeIntervalSince1970: now.addingTimeInterval(-policy.backdate).timeIntervalSince1970.rounded(.down))
+        let identity = PeerIdentity(
+            trustDomain: policy.trustDomain, accountUID: deviceID, provider: Self.manualProvider, issuer: Self.manualProvider, providerUID: deviceID,
+            displayName: nil, expiresAt: notAfter, factors: [], permissions: [], tokenID: operatorName, profile: [:], authenticationContext: nil,
+            issuedAt: now)
+        return try await sign(identity, csr: csr, notBefore: notBefore, notAfter: notAfter, now: now, use: nil, sessionStart: now, renewalOf: nil)
+    }
+
     /// Renews `current` — a certificate of this CA's ledger that its holder proved it has (mutual
     /// TLS) — for the key in `csr`: the same identity (account, provider, SPIFFE ID), recorded as
     /// the renewal of `current.serial`, never valid past `maximumSessionAge` after the session's

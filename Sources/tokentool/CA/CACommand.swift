@@ -18,5 +18,5 @@ struct CACommand: AsyncParsableCommand {
               tokentool ca revoke --dir ca --reason keyCompromise 5f1c…
               tokentool ca crl --dir ca > crl.pem
             """,
-        subcommands: [CAInit.self, CAIssue.self, CARevoke.self, CAList.self, CACRL.self])
+        subcommands: [CAInit.self, CAIssue.self, CAProvision.self, CARevoke.self, CAList.self, CACRL.self])
 }

@@ -6,7 +6,7 @@ import TokenKit
 struct CAIssue: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "issue",
-        abstract: "Verify a token, then issue a peer certificate for a CSR's key.",
+        abstract: "Verify a token, then issue a peer certificate for a CSR's key (or, with --manual, provision a device with no token).",
         discussion: """
             The token is verified exactly as `tokentool verify` does (same key and policy options: \
             --key, --jwks, --oidc, --pda, --iss, --aud, …). The CSR's self-signature must verify; its \
@@ -22,6 +22,11 @@ struct CAIssue: AsyncParsableCommand {
             token for another key is REFUSED token_reused, and for the same key prints the \
             certificate it got before (a retry).
 
+            --manual provisions a device an operator vouches for, with no token (Ditto's Manual \
+            identity): CN = --device-id, URI SAN spiffe://<trust domain>/manual/<device ID>, valid for \
+            --validity (required: 3600, 90m, 24h, 365d; at most 825 days), recorded as provider \
+            "manual" with --by as who provisioned it. `tokentool ca provision --csv` does many at once.
+
             Exit status: 0 issued, 1 the token is invalid or the policy refuses it, 2 usage, CSR or key error.
 
             Examples:
@@ -31,6 +36,8 @@ struct CAIssue: AsyncParsableCommand {
                   --validity 3600 hat-token.jwt
               tokentool ca issue --dir ca --csr device.csr --key idp.pub \\
                   --require-factor mfa --account-prefix idp: token.jwt
+              tokentool ca issue --dir ca --csr kiosk-7.csr --manual --device-id kiosk-7 \\
+                  --validity 365d --by ops@example.com > kiosk-7.pem
             """)
 
     @Option(help: "CA directory made by tokentool ca init.")
@@ -39,8 +46,17 @@ struct CAIssue: AsyncParsableCommand {
     @Option(help: "The CSR file (PEM or DER).")
     var csr: String
 
-    @Option(help: "Shorter certificate validity in seconds.")
-    var validity: Double?
+    @Option(help: "Certificate validity: seconds, or a number with s, m, h or d (shorter than the token's for a token; required with --manual).")
+    var validity: ValiditySpan?
+
+    @Flag(help: "Provision a device with no token (Ditto's Manual identity): needs --device-id, --validity and --by.")
+    var manual = false
+
+    @Option(help: "With --manual: the device's ID (the certificate's CN and SPIFFE path).")
+    var deviceID: String?
+
+    @Option(help: "With --manual: who provisions the device (recorded in the ledger).")
+    var by: String?
 
     @Flag(help: "Print a JSON object (serial, notAfter, SPIFFE ID, chain, identity) instead of PEM.")
     var json = false
@@ -55,6 +71,27 @@ struct CAIssue: AsyncParsableCommand {
     @OptionGroup(title: "Ledger") var store: StoreOption
 
     func run() async throws {
+        if manual {
+            guard token == nil else { throw ValidationError("--manual issues without a token: give no token argument") }
+            guard options.key == nil, options.secretFile == nil, !options.pda, options.jwks == nil, options.oidc == nil else {
+                throw ValidationError("--manual verifies no token: give no --key, --secret-file, --pda, --jwks or --oidc")
+            }
+            guard let deviceID, let validity, let by else { throw ValidationError("--manual needs --device-id, --validity and --by") }
+            let request = try Input.read(csr)
+            try await CADeployment(directory: dir).withCA(
+                passphrase: passphrase, store: store, allowInsecure: options.allowInsecureKeyFile, issuing: true
+            ) { ca in
+                let issued: IssuedCertificate
+                do throws(PeerCAError) {
+                    issued = try await ca.issueManual(deviceID: deviceID, csr: try ValidatedCSR(request), validity: validity.seconds, by: by)
+                } catch {
+                    throw CLIExit(code: 2, message: "REFUSED \(error.code.rawValue): \(error.message)")
+                }
+                try report(issued)
+            }
+            return
+        }
+        if deviceID != nil || by != nil { throw ValidationError("--device-id and --by go with --manual") }
         let text = try Input.token(token)
         try await CADeployment(directory: dir).withCA(
             passphrase: passphrase, store: store, allowInsecure: options.allowInsecureKeyFile, issuing: true
@@ -85,12 +122,16 @@ struct CAIssue: AsyncParsableCommand {
             {
                 throw refusal
             }
-            issued = try await ca.issue(identity: identity, csr: validated, validity: validity)
+            issued = try await ca.issue(identity: identity, csr: validated, validity: validity?.seconds)
         } catch {
             let refusals: [PeerCAError.Code] = [.policyViolation, .tokenExpired, .tokenReused, .factorRequired, .acrNotAccepted, .signInTooOld, .sessionEnded]
             let status: Int32 = refusals.contains(error.code) ? 1 : 2
             throw CLIExit(code: status, message: "REFUSED \(error.code.rawValue): \(error.message)")
         }
+        try report(issued)
+    }
+
+    func report(_ issued: IssuedCertificate) throws {
         if json {
             Output.json(.object([
                 "serial": .string(issued.serial), "spiffeID": .string(issued.identity.spiffeID),
@@ -99,7 +140,7 @@ struct CAIssue: AsyncParsableCommand {
                 "identity": issued.identity.jsonValue,
             ]))
         } else {
-            print(issued.chainPEM, terminator: "")
+            Swift.print(issued.chainPEM, terminator: "")
         }
         if issued.isRepeat {
             // A one-use token already used for this key: the certificate it got, again.

@@ -50,6 +50,7 @@ struct CAList: AsyncParsableCommand {
                     "notAfter": .string(ISO8601Text.string(entry.notAfter)), "status": .string(entry.notAfter < now ? "expired" : "valid"),
                 ]
                 if let id = entry.tokenID { object["tokenID"] = .string(id) }
+                if let provider = entry.provider { object["provider"] = .string(provider) }
                 if case .revoked(let at, let reason) = entry.status {
                     object["status"] = .string("revoked")
                     object["revokedAt"] = .string(ISO8601Text.string(at))
