@@ -224,6 +224,7 @@ struct PeerVerifierRFC5280Tests {
         let withinCap = await Self.refusal(verifier, [leaf] + tangle.dropLast())
         let elapsed = ContinuousClock.now - start
         #expect(withinCap?.code == .untrustedPeer)
-        #expect(elapsed < .seconds(2), "\(elapsed)")
+        // Bounded path building ends; an exponential search over the tangle would take hours.
+        #expect(elapsed < .seconds(120), "\(elapsed)")
     }
 }
