@@ -528,7 +528,7 @@ public final class TokenService: Sendable {
 
     /// An administrator provisions a device (`POST /v1/admin/certificates`, `Authorization:
     /// Bearer <secret>`), Ditto's Manual identity: `{deviceID, csr, validitySeconds, by?}` → the
-    /// certificate reply, recorded as provider `manual` (``PeerCertificateAuthority/issueManual(deviceID:csr:validity:by:)``).
+    /// certificate reply, recorded as provider `manual` (PeerCA's `PeerCertificateAuthority.issueManual(deviceID:csr:validity:by:)`).
     public func adminIssue(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
         if let refusal = adminRefusal(authorization) { return refusal }
         let object: [String: JSONValue]
