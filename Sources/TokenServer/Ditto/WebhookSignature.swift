@@ -40,10 +40,12 @@ public struct DittoWebhookSignature: Sendable {
     /// A secret as Ditto shows it (base64, standard or URL-safe alphabet, padding optional,
     /// surrounding whitespace ignored), decoded; nil when it is not base64 or decodes to nothing.
     public static func secret(base64 text: String) -> [UInt8]? {
-        var trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while trimmed.utf8.count % 4 != 0 { trimmed += "=" }
-        guard let data = Data(base64Encoded: trimmed), !data.isEmpty else { return nil }
-        return Array(data)
+        // TokenKit's strict base64url decoder, after the standard alphabet's two letters and padding.
+        let unpadded = text.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "=", with: "")
+        guard let bytes = Base64URL.decode(unpadded.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")),
+            !bytes.isEmpty
+        else { return nil }
+        return bytes
     }
 
     /// Checks signatures by these secrets (at least one; each at least 16 bytes).
@@ -99,9 +101,9 @@ public struct DittoWebhookSignature: Sendable {
             throw Refusal(code: .stale, message: "ditto-signature's time is \(Int(age.rounded())) s from now; at most \(Int(tolerance)) s is accepted")
         }
         var matched = false
+        let signed = Array(time.utf8) + [UInt8(ascii: ".")] + body
         for secret in secrets {
             let key = SymmetricKey(data: secret)
-            let signed = Array(time.utf8) + [UInt8(ascii: ".")] + body
             for signature in signatures where HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: signed, using: key) {
                 matched = true
             }
