@@ -210,6 +210,16 @@ public final class TokenService: Sendable {
         return .success(object)
     }
 
+    /// ``jsonObject(_:)`` with only the `allowed` members: another is a 400 that names it.
+    static func jsonObject(_ body: [UInt8], members allowed: Set<String>) -> Result<[String: JSONValue], ServiceResponseError> {
+        Self.jsonObject(body).flatMap { object in
+            if let extra = object.keys.sorted().first(where: { !allowed.contains($0) }) {
+                return .failure(ServiceResponseError(.error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")))
+            }
+            return .success(object)
+        }
+    }
+
     /// Parses `{provider, token, …}`; an error response when it is not that.
     func parse(_ body: [UInt8], needs: [String]) -> Result<Request, ServiceResponseError> {
         let object: [String: JSONValue]
@@ -376,12 +386,9 @@ public final class TokenService: Sendable {
                 "renewal is authenticated by the current certificate over mutual TLS (the server must run with tls)")
         }
         let object: [String: JSONValue]
-        switch Self.jsonObject(body) {
+        switch Self.jsonObject(body, members: ["csr", "validitySeconds"]) {
         case .success(let parsed): object = parsed
         case .failure(let refusal): return refusal.response
-        }
-        if let extra = object.keys.first(where: { $0 != "csr" && $0 != "validitySeconds" }) {
-            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
         }
         guard let csr = object["csr"]?.stringValue else { return .error(400, "invalid_request", "\"csr\" must be a string") }
         var validity: Double?
@@ -466,12 +473,9 @@ public final class TokenService: Sendable {
     public func adminRevoke(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
         if let refusal = adminRefusal(authorization) { return refusal }
         let object: [String: JSONValue]
-        switch Self.jsonObject(body) {
+        switch Self.jsonObject(body, members: ["serial", "account", "reason"]) {
         case .success(let parsed): object = parsed
         case .failure(let refusal): return refusal.response
-        }
-        if let extra = object.keys.first(where: { !["serial", "account", "reason"].contains($0) }) {
-            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
         }
         var reason = LedgerEntry.RevocationReason.unspecified
         if let given = object["reason"] {
@@ -532,12 +536,9 @@ public final class TokenService: Sendable {
     public func adminIssue(_ body: [UInt8], authorization: String?) async -> ServiceResponse {
         if let refusal = adminRefusal(authorization) { return refusal }
         let object: [String: JSONValue]
-        switch Self.jsonObject(body) {
+        switch Self.jsonObject(body, members: ["deviceID", "csr", "validitySeconds", "by"]) {
         case .success(let parsed): object = parsed
         case .failure(let refusal): return refusal.response
-        }
-        if let extra = object.keys.sorted().first(where: { !["deviceID", "csr", "validitySeconds", "by"].contains($0) }) {
-            return .error(400, "invalid_request", "unknown member \"\(extra.prefix(40))\"")
         }
         guard let deviceID = object["deviceID"]?.stringValue else { return .error(400, "invalid_request", "\"deviceID\" must be a string") }
         guard let csr = object["csr"]?.stringValue else { return .error(400, "invalid_request", "\"csr\" must be a string") }
