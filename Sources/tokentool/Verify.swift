@@ -265,8 +265,11 @@ struct VerificationOptions: ParsableArguments {
     /// The time tokens are checked at: --at, else now.
     var now: Date { Date(timeIntervalSince1970: at ?? Date().timeIntervalSince1970) }
 
+    /// How many of --key, --secret-file, --pda, --jwks and --oidc were given.
+    var keySources: Int { [key != nil, secretFile != nil, pda, jwks != nil, oidc != nil].filter { $0 }.count }
+
     func validate() throws {
-        let sources = [key != nil, secretFile != nil, pda, jwks != nil, oidc != nil].filter { $0 }.count
+        let sources = keySources
         // `ca issue --manual` verifies no token (this group cannot see the command's own flag; it
         // is the only command with a --manual, and it refuses key options then).
         if sources == 0, CommandLine.arguments.contains("--manual") { return }

@@ -73,7 +73,7 @@ struct CAIssue: AsyncParsableCommand {
     func run() async throws {
         if manual {
             guard token == nil else { throw ValidationError("--manual issues without a token: give no token argument") }
-            guard options.key == nil, options.secretFile == nil, !options.pda, options.jwks == nil, options.oidc == nil else {
+            guard options.keySources == 0 else {
                 throw ValidationError("--manual verifies no token: give no --key, --secret-file, --pda, --jwks or --oidc")
             }
             guard let deviceID, let validity, let by else { throw ValidationError("--manual needs --device-id, --validity and --by") }
