@@ -11,15 +11,11 @@ struct DittoCLITests {
     }
 
     func walkThrough() throws {
-        let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
-        let block = try #require(readme.firstMatch(of: /<!-- ditto:begin -->\n```sh\n([\s\S]*?)```\n<!-- ditto:end -->/)?.1)
+        let block = try readmeBlock("ditto")
         #expect(block.contains("--port 8080"))
-        let script = "set -euo pipefail\ntrap 'if [ -n \"${SERVE:-}\" ]; then kill $SERVE 2>/dev/null || true; fi' EXIT\n"
-            + block.replacingOccurrences(of: "--port 8080", with: "--port 0").replacingOccurrences(of: "\ncurl ", with: "\necho; curl ")
         let dir = try temporaryDirectory()
-        let tools = tokentoolExecutable.deletingLastPathComponent().path
-        let bash = try #require(which("bash"))
-        let result = try run(bash, ["-c", "export PATH=\"\(tools):$PATH\"\n" + script], cwd: dir)
+        let result = try runServingBlock(
+            block.replacingOccurrences(of: "--port 8080", with: "--port 0").replacingOccurrences(of: "\ncurl ", with: "\necho; curl "), in: dir)
         #expect(result.status == 0, "\(result.out)\(result.err)")
         let answers = result.out.split(separator: "\n").filter { $0.hasPrefix("{") }.map(String.init)
         #expect(answers.count == 2, "\(result.out)")

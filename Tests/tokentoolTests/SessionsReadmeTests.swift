@@ -47,20 +47,33 @@ struct SessionsReadmeTests {
     }
 
     func renewal() throws {
-        let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
-        let block = try #require(readme.firstMatch(of: /<!-- renew:begin -->\n```sh\n([\s\S]*?)```\n<!-- renew:end -->/)?.1)
+        let block = try readmeBlock("renew")
         #expect(block.contains("--port 8443"))
-        // The trap stops the server the block starts even when a line fails before `kill $SERVE`.
-        let script = "set -euo pipefail\ntrap 'if [ -n \"${SERVE:-}\" ]; then kill $SERVE 2>/dev/null || true; fi' EXIT\n"
-            + block.replacingOccurrences(of: "--port 8443", with: "--port 0")
         let dir = try temporaryDirectory()
-        let tools = tokentoolExecutable.deletingLastPathComponent().path
-        let bash = try #require(which("bash"))
-        let result = try run(bash, ["-c", "export PATH=\"\(tools):$PATH\"\n" + script], cwd: dir)
+        let result = try runServingBlock(block.replacingOccurrences(of: "--port 8443", with: "--port 0"), in: dir)
         #expect(result.status == 0, "\(result.out)\(result.err)")
         let issued = (try? String(contentsOf: dir.appendingPathComponent("issued.json"), encoding: .utf8)) ?? ""
         let serial = issued.firstMatch(of: /"serial":"([0-9a-f]+)"/).map { String($0.1) } ?? "none"
         #expect(result.out.contains(#""renewalOf":"\#(serial)""#), "\(result.out)\(issued)")
         #expect(result.out.contains(#""account":"dev:ada""#), "\(result.out)")
     }
+}
+
+/// The shell lines between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in the README.
+func readmeBlock(_ name: String) throws -> String {
+    let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
+    guard let begin = readme.range(of: "<!-- \(name):begin -->\n```sh\n"), let end = readme.range(of: "```\n<!-- \(name):end -->", range: begin.upperBound..<readme.endIndex) else {
+        throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "README.md has no \(name) block"])
+    }
+    return String(readme[begin.upperBound..<end.lowerBound])
+}
+
+/// Runs README lines that start a server as `SERVE` with bash (`set -euo pipefail`, the built
+/// tokentool first on PATH), in `dir`; a trap stops the server even when a line fails before
+/// `kill $SERVE`.
+func runServingBlock(_ block: String, in dir: URL) throws -> (status: Int32, out: String, err: String) {
+    let script = "set -euo pipefail\ntrap 'if [ -n \"${SERVE:-}\" ]; then kill $SERVE 2>/dev/null || true; fi' EXIT\n" + block
+    let tools = tokentoolExecutable.deletingLastPathComponent().path
+    guard let bash = which("bash") else { throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "no bash"]) }
+    return try run(bash, ["-c", "export PATH=\"\(tools):$PATH\"\n" + script], cwd: dir)
 }
