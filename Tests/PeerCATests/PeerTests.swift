@@ -143,7 +143,7 @@ struct PeerTests {
         let seenByServer = Mutex<[String]>([])
         let (server, port) = try await Devices.echoServer(bobTLS, group: group) { peer in seenByServer.withLock { $0.append(peer.spiffeID) } }
 
-        func talk(_ tls: PeerTLS) async throws -> (reply: String?, peer: String?) {
+        func talk(_ tls: PeerTLS) async throws -> (reply: String?, peer: String?, error: String?) {
             let seen = Mutex<String?>(nil)
             let reply = group.next().makePromise(of: String.self)
             let client = try await ClientBootstrap(group: group)
@@ -157,10 +157,9 @@ struct PeerTests {
             defer { client.close(promise: nil) }
             do {
                 let text = try await reply.futureResult.get()
-                return (text, seen.withLock { $0 })
+                return (text, seen.withLock { $0 }, nil)
             } catch {
-                print("mTLS client error: \(error)")
-                return (nil, seen.withLock { $0 })
+                return (nil, seen.withLock { $0 }, String(reflecting: error))
             }
         }
         let alice = try await talk(try devices.tls("alice", devices.alice, verifier: verifier))
@@ -171,6 +170,8 @@ struct PeerTests {
         let otherVerifier = PeerVerifier(roots: [devices.other.root, test.root])  // mallory would talk to bob; bob refuses
         let mallory = try await talk(try devices.tls("mallory", devices.mallory, verifier: otherVerifier))
         #expect(mallory.reply == nil)
+        // Bob's verifier refused the chain: the alert PeerTLS's verification sends.
+        #expect(mallory.error?.contains("ALERT_CERTIFICATE_UNKNOWN") == true, "\(String(describing: mallory.error))")
         #expect(seenByServer.withLock { $0.count } == 1)
         try await server.close()
         try await group.shutdownGracefully()

@@ -115,17 +115,21 @@ public final class LoopbackSocket: @unchecked Sendable {
         return received
     }
 
-    public func receiveAll(seconds: Int = 10) -> [UInt8] {
+    public func receiveAll(seconds: Int = 10) -> [UInt8] { receiveToClose(seconds: seconds).bytes }
+
+    /// Everything until the server closes the connection, and whether it did (false when `seconds`
+    /// pass without a byte, or the read fails).
+    public func receiveToClose(seconds: Int) -> (bytes: [UInt8], closed: Bool) {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count <= 0 { break }
+            if count == 0 { return (received, true) }
+            if count < 0 { return (received, false) }
             received += buffer[..<count]
         }
-        return received
     }
 }
 
@@ -135,13 +139,21 @@ extension LoopbackSocket {
     /// sends until it closes the connection (or `seconds` pass without a byte), on a Dispatch
     /// thread: the blocking calls never hold one of the cooperative pool's threads, which the
     /// server answering them may need.
-    /// With `halfClose`, the sending side is shut down after the bytes.
-    public static func exchange(port: UInt16, sending bytes: [UInt8], halfClose: Bool = false, seconds: Int = 10) async throws -> [UInt8] {
+    /// With `halfClose`, the sending side is shut down after the bytes. The wait is long by
+    /// default (a server starting beside many others on a busy machine can be silent for more than
+    /// ten seconds); an exchange whose server closes the connection returns at the close.
+    public static func exchange(port: UInt16, sending bytes: [UInt8], halfClose: Bool = false, seconds: Int = 60) async throws -> [UInt8] {
+        try await exchangeToClose(port: port, sending: bytes, halfClose: halfClose, seconds: seconds).bytes
+    }
+
+    /// As ``exchange(port:sending:halfClose:seconds:)``, and whether the server closed the
+    /// connection (false when `seconds` passed without a byte or the close).
+    public static func exchangeToClose(port: UInt16, sending bytes: [UInt8], halfClose: Bool = false, seconds: Int = 60) async throws -> (bytes: [UInt8], closed: Bool) {
         try await offThePool {
             let socket = try LoopbackSocket(port: port)
             try socket.send(bytes)
             if halfClose { socket.shutdownWrite() }
-            return socket.receiveAll(seconds: seconds)
+            return socket.receiveToClose(seconds: seconds)
         }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import PDAKeys
 import PeerCA
+import TestSupport
 import TokenKit
 
 /// Compiles and runs the README's library examples, and checks the README still shows them
@@ -85,9 +86,25 @@ struct ReadmeExamplesTests {
         #expect(outcomes == ["valid", "rejected"])
     }
 
-    /// The PDAKeys examples, compiled here; running them needs a real PDA or identity provider on
-    /// the network, so the PDAKeys tests run the same calls against a loopback HTTPS server.
-    func remoteKeysExamples(token: String, jwt: String) async throws {
+    /// The README's HAT examples run as written against a loopback PDA (`alice.hubat.net`,
+    /// serving its `/publickey` over HTTPS): a local `HTTPKeyFetcher()` stands in for the type's
+    /// default initializer here, with the test CA trusted and the PDA's name sent to 127.0.0.1.
+    @Test func remoteKeysExamplesRunAgainstALoopbackPDA() async throws {
+        let server = try KeyServer(routes: ["alice.hubat.net/publickey": Route(body: TestKeys.publicPEM(TestKeys.rsa))])
+        defer { server.stop() }
+        let token = try sign(hatClaims(iss: "alice.hubat.net", now: Date().timeIntervalSince1970), with: TestKeys.rsa)
+        var loopback = KeyFetchConfiguration()
+        loopback.trustRoots = .pemFile(try TestPKI.shared.get().caFile)
+        loopback.pdaPort = server.port
+        loopback.hostOverrides = ["alice.hubat.net": "127.0.0.1"]
+        let identity = try await Self.hatExamples(token: token, loopback: loopback)
+        #expect(identity.pdaHost == "alice.hubat.net")
+        #expect(identity.application == "my-app")
+        #expect(server.requests.filter { $0.contains("/publickey") }.count == 1, "one key fetch for two verifications: \(server.requests)")
+    }
+
+    static func hatExamples(token: String, loopback: KeyFetchConfiguration) async throws -> HATIdentity {
+        func HTTPKeyFetcher() throws -> PDAKeys.HTTPKeyFetcher { try PDAKeys.HTTPKeyFetcher(configuration: loopback) }
         // README: begin
         let fetcher = try HTTPKeyFetcher()          // HTTPS only, 64 KiB cap, 5 s connect / 10 s total
         let store = RemoteKeyStore(fetcher: fetcher)  // share one store between all verifiers
@@ -108,6 +125,17 @@ struct ReadmeExamplesTests {
             print(error.code, error.message)
         }
         // README: end
+        await fetcher.shutdown()
+        return identity
+    }
+
+    /// The README's OpenID Connect example, compiled: running it needs the issuer's own host on
+    /// port 443, which a test cannot take (its servers listen on a port the OS picks). The same
+    /// calls run against a loopback issuer in PDAKeysTests (`jwksAndDescribedVerifiersThrowTheSameType`,
+    /// KeyStoreTests' discovery cases).
+    func oidcExample(jwt: String) async throws {
+        let fetcher = try HTTPKeyFetcher()
+        let store = RemoteKeyStore(fetcher: fetcher)
         // README: begin
         let auth0 = RemoteJWTVerifier(
             source: .oidc(issuer: "https://tenant.eu.auth0.com/"),

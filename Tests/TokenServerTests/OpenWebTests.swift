@@ -319,9 +319,12 @@ struct OpenWebTests {
             #expect(reply.json["error"].errorCode == "upstream_refused")
             #expect(reply.json["error"]?.objectValue?["upstreamStatus"] == .integer(302))
             #expect(!reply.text.contains("cb_from_the_redirect_target"))
-            // Give a follower time to have gone there: it never does.
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(openweb.requests.map { $0["path"]?.stringValue } == ["/api/sso/v1/register-user"])
+            // A client that follows redirects asks the target before it hands back an answer; a
+            // second call after this one orders the log, so the target would sit between the two.
+            try openweb.setMode("normal")
+            let after = try await openWebSSO(server, ["provider": .string("dev"), "token": .string(token), "codeA": .string(Self.codeA)])
+            #expect(after.status == 200, "\(after.text)")
+            #expect(openweb.requests.map { $0["path"]?.stringValue } == ["/api/sso/v1/register-user", "/api/sso/v1/register-user"])
         }
     }
 
@@ -336,13 +339,11 @@ struct OpenWebTests {
         let slow = try openweb.section(timeout: 1)
         try await LiveServer.with(configure: { $0.openweb = slow }) { server in
             let token = try server.token(["name": .string("Ada")])
-            let start = ContinuousClock.now
             let reply = try await openWebSSO(server, ["provider": .string("dev"), "token": .string(token), "codeA": .string(Self.codeA)])
-            let elapsed = ContinuousClock.now - start
             #expect(reply.status == 503, "\(reply.text)")
             #expect(reply.json["error"].errorCode == "upstream_unavailable")
-            // A 503 rather than OpenWeb's answer (after 4 s) is the timeout's doing; it came no sooner than 1 s.
-            #expect(elapsed >= .milliseconds(900), "\(elapsed)")
+            // A 503 rather than OpenWeb's answer (after 4 s) is the timeout's doing, and says so.
+            #expect(reply.text.contains("no answer"), "\(reply.text)")
             #expect(openweb.requests.count == 1)  // it was asked, and did not answer in time
         }
 

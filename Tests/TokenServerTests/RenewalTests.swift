@@ -46,47 +46,79 @@ struct RenewalTests {
         }
     }
 
-    @Test func renewalKeepsTheIdentityWithinTheSessionAndRefusesTheRest() async throws {
-        let dir = try temporaryDirectory()
-        let openssl = try #require(which("openssl"))
-        @Sendable func run(_ arguments: [String]) async throws -> String {
+    /// A TLS server running the service with a self-signed server certificate, the client side
+    /// of a device (its keys and CSRs made by `openssl`), and a sessions limit of 120 s.
+    struct Fixture: Sendable {
+        let server: LiveServer
+        let dir: URL
+        let serverCertificate: String
+        let openssl: URL
+
+        static func with(_ body: @Sendable (Fixture) async throws -> Void) async throws {
+            let dir = try temporaryDirectory()
+            let openssl = try #require(which("openssl"))
+            _ = try await run(openssl, dir, [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key", "-out", "server.pem",
+                "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+            ])
+            let serverCertificate = dir.appendingPathComponent("server.pem").path
+            chmod(dir.appendingPathComponent("server.key").path, 0o600)
+            try await LiveServer.with(configure: {
+                $0.tls = .init(certificate: serverCertificate, key: dir.appendingPathComponent("server.key").path)
+                $0.sessions = ServerConfiguration.Sessions(maxSessionAgeSeconds: 120)
+            }) { server in
+                try await body(Fixture(server: server, dir: dir, serverCertificate: serverCertificate, openssl: openssl))
+            }
+        }
+
+        static func run(_ openssl: URL, _ dir: URL, _ arguments: [String]) async throws -> String {
             let result = try await runDetached(openssl, arguments, cwd: dir)
             #expect(result.status == 0, "\(arguments): \(result.err)")
             return result.out
         }
-        _ = try await run([
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key", "-out", "server.pem",
-            "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-        ])
-        let serverCertificate = dir.appendingPathComponent("server.pem").path
-        chmod(dir.appendingPathComponent("server.key").path, 0o600)
-        @Sendable func csr(_ name: String) async throws -> String {
-            try await run(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-subj", "/CN=x"])
+
+        /// A new P-256 key `name.key` and its CSR (PEM).
+        func csr(_ name: String) async throws -> String {
+            try await Self.run(openssl, dir, ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-subj", "/CN=x"])
         }
-        @Sendable func device(_ name: String, _ reply: [String: JSONValue]) throws -> Device {
+
+        /// The device holding `name.key` and the chain in `reply`.
+        func device(_ name: String, _ reply: [String: JSONValue]) throws -> Device {
             let chain = dir.appendingPathComponent("\(name).pem").path
             try (reply["certificate"]?.stringValue ?? "").write(toFile: chain, atomically: true, encoding: .utf8)
             return Device(key: dir.appendingPathComponent("\(name).key").path, chain: chain)
         }
-        try await LiveServer.with(configure: {
-            $0.tls = .init(certificate: serverCertificate, key: dir.appendingPathComponent("server.key").path)
-            $0.sessions = ServerConfiguration.Sessions(maxSessionAgeSeconds: 120)
-        }) { server in
+
+        func post(_ path: String, _ object: [String: JSONValue], device: Device? = nil) async throws -> (status: Int, json: [String: JSONValue]) {
             let port = server.base.split(separator: ":").last.map(String.init) ?? ""
-            func post(_ path: String, _ object: [String: JSONValue], device: Device? = nil) async throws -> (status: Int, json: [String: JSONValue]) {
-                try await Self.post(server, port: port, serverCertificate: serverCertificate, path, object, device: device)
-            }
+            return try await RenewalTests.post(server, port: port, serverCertificate: serverCertificate, path, object, device: device)
+        }
+
+        /// A certificate issued for a dev token with these claims: the reply and the device.
+        func enroll(_ name: String, _ claims: [String: JSONValue], validitySeconds: Int? = nil) async throws -> (reply: [String: JSONValue], device: Device) {
+            var body: [String: JSONValue] = ["provider": .string("dev"), "token": .string(try server.token(claims)), "csr": .string(try await csr(name))]
+            if let validitySeconds { body["validitySeconds"] = .integer(validitySeconds) }
+            let (status, reply) = try await post("/v1/certificates", body)
+            #expect(status == 200, "\(reply)")
+            return (reply, try device(name, reply))
+        }
+
+        func recorded() async throws -> Int { try await server.service.ca.ledger.recent(limit: 100).count }
+    }
+
+    static func errorCode(_ reply: [String: JSONValue]) -> String? { reply["error"]?.objectValue?["code"]?.stringValue }
+
+    /// Renewed with the current certificate: same identity, recorded as its renewal, never past the
+    /// session limit; the renewed certificate renews too (the limit still counts from the sign-in).
+    @Test func renewalKeepsTheIdentityWithinTheSession() async throws {
+        try await Fixture.with { f in
             let now = Int(Date().timeIntervalSince1970)
             // Signed in 60 s ago: the session may be renewed for another 60 s.
-            let token = try server.token(["sub": .string("renewer"), "auth_time": .integer(now - 60)])
-            let (issuedStatus, issued) = try await post("/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try await csr("a"))])
-            #expect(issuedStatus == 200, "\(issued)")
+            let (issued, first) = try await f.enroll("a", ["sub": .string("renewer"), "auth_time": .integer(now - 60)])
             #expect(issued["renewAfter"]?.stringValue != nil)
-            let first = try device("a", issued)
             let firstSerial = try #require(issued["serial"]?.stringValue)
 
-            // Renewed with the current certificate: same identity, recorded as its renewal, within the session.
-            let (renewedStatus, renewed) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("b"))], device: first)
+            let (renewedStatus, renewed) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("b"))], device: first)
             #expect(renewedStatus == 200, "\(renewed)")
             #expect(renewed["renewalOf"]?.stringValue == firstSerial)
             #expect(renewed["spiffeID"] == issued["spiffeID"])
@@ -94,75 +126,120 @@ struct RenewalTests {
             let renewedSerial = try #require(renewed["serial"]?.stringValue)
             let notAfter = try #require(renewed["notAfter"]?.stringValue.flatMap { ISO8601DateFormatter().date(from: $0) })
             #expect(notAfter.timeIntervalSince1970 <= Double(now - 60 + 120) + 1, "never past the session limit")
-            let entry = try #require(try await server.service.ca.ledger.entry(serial: renewedSerial))
+            let entry = try #require(try await f.server.service.ca.ledger.entry(serial: renewedSerial))
             #expect(entry.renewalOf == firstSerial)
             #expect(entry.sessionStart.map { abs($0.timeIntervalSince1970 - Double(now - 60)) < 1 } == true)
-            // The renewed certificate renews too (the session limit still counts from the sign-in).
-            let second = try device("b", renewed)
-            let (againStatus, again) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("c"))], device: second)
+
+            let (againStatus, again) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("c"))], device: try f.device("b", renewed))
             #expect(againStatus == 200, "\(again)")
             #expect(again["renewalOf"]?.stringValue == renewedSerial)
+        }
+    }
 
-            // Without a client certificate: refused, nothing issued.
-            let before = try await server.service.ca.ledger.recent(limit: 100).count
-            let (bareStatus, bare) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("d"))])
-            #expect(bareStatus == 401)
-            #expect(bare["error"]?.objectValue?["code"]?.stringValue == "client_certificate_required")
-            // Bad input: refused, nothing issued.
-            let (badStatus, _) = try await post("/v1/certificates/renew", ["csr": .integer(1)], device: second)
-            #expect(badStatus == 400)
-            // A revoked certificate: refused.
-            _ = try await server.service.ca.revoke(serial: firstSerial, reason: .keyCompromise)
-            let (revokedStatus, revoked) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("e"))], device: first)
-            #expect(revokedStatus == 403)
-            #expect(revoked["error"]?.objectValue?["code"]?.stringValue == "revoked")
-            #expect(try await server.service.ca.ledger.recent(limit: 100).count == before)
+    /// Without a client certificate: 401 client_certificate_required, nothing issued.
+    @Test func withoutAClientCertificateNothingIsRenewed() async throws {
+        try await Fixture.with { f in
+            let before = try await f.recorded()
+            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("d"))])
+            #expect(status == 401)
+            #expect(Self.errorCode(reply) == "client_certificate_required", "\(reply)")
+            #expect(try await f.recorded() == before)
+        }
+    }
 
-            // A foreign certificate (not from this CA) does not get through the handshake.
-            _ = try await run([
+    /// A body that is not a renewal request: 400, nothing issued.
+    @Test func badInputIsRefused() async throws {
+        try await Fixture.with { f in
+            let (_, device) = try await f.enroll("a", ["sub": .string("renewer")])
+            let before = try await f.recorded()
+            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .integer(1)], device: device)
+            #expect(status == 400)
+            #expect(Self.errorCode(reply) == "invalid_request", "\(reply)")
+            #expect(try await f.recorded() == before)
+        }
+    }
+
+    /// A revoked certificate: 403 revoked, nothing issued.
+    @Test func aRevokedCertificateIsRefused() async throws {
+        try await Fixture.with { f in
+            let (issued, device) = try await f.enroll("a", ["sub": .string("renewer")])
+            _ = try await f.server.service.ca.revoke(serial: try #require(issued["serial"]?.stringValue), reason: .keyCompromise)
+            let before = try await f.recorded()
+            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("e"))], device: device)
+            #expect(status == 403)
+            #expect(Self.errorCode(reply) == "revoked", "\(reply)")
+            #expect(try await f.recorded() == before)
+        }
+    }
+
+    /// A certificate from another CA does not get through the TLS handshake: no answer at all.
+    @Test func aForeignCertificateEndsTheHandshake() async throws {
+        try await Fixture.with { f in
+            _ = try await Fixture.run(f.openssl, f.dir, [
                 "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "foreign.key", "-out", "foreign.pem",
                 "-days", "1", "-subj", "/CN=dev:renewer",
             ])
-            let foreign = Device(key: dir.appendingPathComponent("foreign.key").path, chain: dir.appendingPathComponent("foreign.pem").path)
-            await #expect(throws: (any Error).self) { _ = try await post("/v1/certificates/renew", ["csr": .string(try await csr("f"))], device: foreign) }
+            let foreign = Device(key: f.dir.appendingPathComponent("foreign.key").path, chain: f.dir.appendingPathComponent("foreign.pem").path)
+            let before = try await f.recorded()
+            do {
+                let reply = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("f"))], device: foreign)
+                Issue.record("a foreign certificate was answered: \(reply)")
+            } catch {
+                // The server's alert: its trust root (this CA) did not issue the certificate.
+                #expect(String(reflecting: error).contains("TLSV1_ALERT_UNKNOWN_CA"), "\(String(reflecting: error))")
+            }
+            #expect(try await f.recorded() == before)
+        }
+    }
 
-            // An expired certificate: refused (at the handshake).
-            let (shortStatus, short) = try await post(
-                "/v1/certificates", ["provider": .string("dev"), "token": .string(token), "csr": .string(try await csr("g")), "validitySeconds": .integer(1)])
-            #expect(shortStatus == 200)
-            let expiring = try device("g", short)
+    /// An expired certificate: refused at the handshake.
+    @Test func anExpiredCertificateIsRefused() async throws {
+        try await Fixture.with { f in
+            let (_, expiring) = try await f.enroll("g", ["sub": .string("renewer")], validitySeconds: 1)
+            // Waits for the expiry (the certificate's one second, and a second for its notAfter's rounding).
             try await Task.sleep(for: .milliseconds(2500))
-            let expired = try? await post("/v1/certificates/renew", ["csr": .string(try await csr("h"))], device: expiring)
-            #expect(expired == nil || expired?.status == 403, "\(String(describing: expired))")
+            let before = try await f.recorded()
+            do {
+                let reply = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("h"))], device: expiring)
+                Issue.record("an expired certificate was answered: \(reply)")
+            } catch {
+                #expect(String(reflecting: error).contains("ALERT_CERTIFICATE_EXPIRED"), "\(String(reflecting: error))")
+            }
+            #expect(try await f.recorded() == before)
+        }
+    }
 
-            // Past the session limit: a session that began 119 s ago has 1 s left, less than a certificate needs.
-            let late = try server.token(["sub": .string("late"), "auth_time": .integer(Int(Date().timeIntervalSince1970) - 119)])
-            let (lateStatus, lateIssued) = try await post("/v1/certificates", ["provider": .string("dev"), "token": .string(late), "csr": .string(try await csr("i"))])
-            #expect(lateStatus == 200)
+    /// Past the session limit: a session that began 119 s ago has 1 s left, less than a
+    /// certificate needs; once that second has passed, renewal is refused 403 session_expired.
+    @Test func pastTheSessionLimitRenewalIsRefused() async throws {
+        try await Fixture.with { f in
+            let (_, late) = try await f.enroll("i", ["sub": .string("late"), "auth_time": .integer(Int(Date().timeIntervalSince1970) - 119)])
             try await Task.sleep(for: .milliseconds(1200))
-            let (limitStatus, limit) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("j"))], device: try device("i", lateIssued))
-            #expect(limitStatus == 403)
-            #expect(limit["error"]?.objectValue?["code"]?.stringValue == "session_expired")
+            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("j"))], device: late)
+            #expect(status == 403)
+            #expect(Self.errorCode(reply) == "session_expired", "\(reply)")
+        }
+    }
 
-            // A logout racing an issuance on an instance that had not heard of it yet: the
-            // certificate is recorded after the logout's revocation, for a session that began
-            // before it (here issued by the CA directly, past the check that would refuse the
-            // token now). It does not renew: the end is compared with the session's start, not
-            // with the certificate's issue time (which renewed such a certificate until the limit).
-            let racing = try server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) - 5)])
-            let identity = try #require(try await server.service.providers.providers["dev"]?.verify(racing).identity)
-            _ = await server.service.endSessions(of: identity.accountUID, reason: .cessationOfOperation, by: "logout")
-            let straggler = try await server.service.ca.issue(identity: identity, csr: try ValidatedCSR(Array(try await csr("k").utf8)))
-            let (stragglerStatus, stragglerReply) = try await post(
-                "/v1/certificates/renew", ["csr": .string(try await csr("l"))], device: try device("k", ["certificate": .string(straggler.chainPEM)]))
-            #expect(stragglerStatus == 401, "\(stragglerReply)")
-            #expect(stragglerReply["error"]?.objectValue?["code"]?.stringValue == "session_ended")
-            // A new sign-in after the logout renews as before.
-            let fresh = try server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) + 1)])
-            let (freshStatus, freshIssued) = try await post("/v1/certificates", ["provider": .string("dev"), "token": .string(fresh), "csr": .string(try await csr("m"))])
-            #expect(freshStatus == 200, "\(freshIssued)")
-            let (freshRenewedStatus, freshRenewed) = try await post("/v1/certificates/renew", ["csr": .string(try await csr("n"))], device: try device("m", freshIssued))
-            #expect(freshRenewedStatus == 200, "\(freshRenewed)")
+    /// A logout racing an issuance on an instance that had not heard of it yet: the certificate is
+    /// recorded after the logout's revocation, for a session that began before it (here issued by
+    /// the CA directly, past the check that would refuse the token now). It does not renew: the end
+    /// is compared with the session's start, not with the certificate's issue time (which renewed
+    /// such a certificate until the limit). A new sign-in after the logout renews as before.
+    @Test func aCertificateFromBeforeALogoutDoesNotRenew() async throws {
+        try await Fixture.with { f in
+            let racing = try f.server.token(["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) - 5)])
+            let identity = try #require(try await f.server.service.providers.providers["dev"]?.verify(racing).identity)
+            _ = await f.server.service.endSessions(of: identity.accountUID, reason: .cessationOfOperation, by: "logout")
+            let straggler = try await f.server.service.ca.issue(identity: identity, csr: try ValidatedCSR(Array(try await f.csr("k").utf8)))
+            let (status, reply) = try await f.post(
+                "/v1/certificates/renew", ["csr": .string(try await f.csr("l"))], device: try f.device("k", ["certificate": .string(straggler.chainPEM)]))
+            #expect(status == 401, "\(reply)")
+            #expect(Self.errorCode(reply) == "session_ended", "\(reply)")
+
+            let (_, fresh) = try await f.enroll("m", ["sub": .string("racer"), "iat": .integer(Int(Date().timeIntervalSince1970) + 1)])
+            let (freshStatus, freshRenewed) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("n"))], device: fresh)
+            #expect(freshStatus == 200, "\(freshRenewed)")
         }
     }
 }

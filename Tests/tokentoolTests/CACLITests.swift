@@ -60,16 +60,23 @@ struct CACLITests {
         let token = try tool(["sign", "--key", "idp.key", "--iss", "https://idp.example/", "--sub", "user-42", "--expires-in", "600"])
         try openssl.write("token.jwt", token.out)
         try openssl.write("device.csr", try tool(["csr", "--key-type", "p256", "--out", "device.key"]).out)
-        let issued = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "--validity", "3", "token.jwt"])
-        #expect(issued.status == 0, "\(issued.err)")
-        let fresh = try JSONSerialization.jsonObject(with: Data(try tool(["ca", "list", "--dir", "ca", "--json"]).out.utf8)) as? [[String: Any]]
-        let listed = Date()
-        let notAfter = try #require((fresh?.first?["notAfter"] as? String).flatMap { try? Date($0, strategy: .iso8601) })
-        // "valid" when the listing ran before notAfter (a busy machine may have taken longer).
-        if listed < notAfter { #expect(fresh?.first?["status"] as? String == "valid") }
-        try await Task.sleep(for: .seconds(max(0, notAfter.timeIntervalSinceNow) + 1.1))
-        let expired = try JSONSerialization.jsonObject(with: Data(try tool(["ca", "list", "--dir", "ca", "--json"]).out.utf8)) as? [[String: Any]]
-        #expect(expired?.first?["status"] as? String == "expired", "\(String(describing: expired))")
+        // One certificate for an hour (valid throughout the test), one for 3 s (waited out).
+        for validity in ["3600", "3"] {
+            let issued = try tool(["ca", "issue", "--dir", "ca", "--csr", "device.csr", "--key", "idp.pub", "--validity", validity, "token.jwt"])
+            #expect(issued.status == 0, "\(issued.err)")
+        }
+        func listed() throws -> [(status: String?, notAfter: Date)] {
+            let entries = try JSONSerialization.jsonObject(with: Data(try tool(["ca", "list", "--dir", "ca", "--json"]).out.utf8)) as? [[String: Any]] ?? []
+            return entries.compactMap { entry in
+                (entry["notAfter"] as? String).flatMap { try? Date($0, strategy: .iso8601) }.map { (entry["status"] as? String, $0) }
+            }.sorted { $0.notAfter < $1.notAfter }
+        }
+        let fresh = try listed()
+        try #require(fresh.count == 2, "\(fresh)")
+        #expect(fresh[1].status == "valid", "\(fresh)")
+        try await Task.sleep(for: .seconds(max(0, fresh[0].notAfter.timeIntervalSinceNow) + 1.1))
+        let later = try listed()
+        #expect(later.map(\.status) == ["expired", "valid"], "\(later)")
         #expect(try tool(["ca", "list", "--dir", "ca"]).out.contains("  expired  until "))
     }
 

@@ -48,11 +48,42 @@ struct ExchangeCLITests {
         #expect(refused.status == 1)
         #expect(refused.err.contains("REFUSED invalid_target"), "\(refused.err)")
 
+        func kid(_ token: String) -> String? {
+            guard let header = token.split(separator: ".").first, let data = Data(base64Encoded: Self.padded(String(header))),
+                let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+            else { return nil }
+            return object["kid"] as? String
+        }
+        func key(_ state: String) throws -> String? {
+            let listed = try run(tokentoolExecutable, ["issuer", "list", "--dir", keys])
+            return listed.out.split(separator: "\n").first { $0.hasSuffix("  \(state)") }?.split(separator: " ").first.map(String.init)
+        }
+        let before = try #require(try key("current"))
+        let next = try #require(try key("next"))
+        #expect(kid(token) == before, "\(token)")
+
         let rotated = try run(tokentoolExecutable, ["issuer", "rotate", "--dir", keys, "--retire-after", "600"])
         #expect(rotated.status == 0, "\(rotated.err)")
         #expect(rotated.out.contains("retired (published until"), "\(rotated.out)")
-        Thread.sleep(forTimeInterval: 0.5)
-        #expect(try run(tokentoolExecutable, ["verify", "--oidc", base, "--allow-http-loopback", "--aud", "partner-api", "-"], stdin: Data(token.utf8)).status == 0)
+        #expect(try key("current") == next, "the next key became the current one")
+        // The server re-reads the directory every 0.1 s; polled, with a generous deadline, until an
+        // exchanged token is signed by the new key.
+        var renewed = ""
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            let again = try run(tokentoolExecutable, ["exchange", "--url", base, "--provider", "idp", "--audience", "partner-api", "-"], stdin: Data(user.out.utf8))
+            #expect(again.status == 0, "\(again.err)")
+            renewed = again.out.trimmingCharacters(in: .whitespacesAndNewlines)
+            if kid(renewed) == next || again.status != 0 { break }
+            usleep(100_000)
+        }
+        #expect(kid(renewed) == next, "tokens after the rotation carry the new kid: \(renewed)")
+        // Both verify from the published keys: the new token, and the old one (its key is retired,
+        // still published).
+        for (name, jwt) in [("new", renewed), ("old", token)] {
+            let checked = try run(tokentoolExecutable, ["verify", "--oidc", base, "--allow-http-loopback", "--aud", "partner-api", "-"], stdin: Data(jwt.utf8))
+            #expect(checked.status == 0, "\(name): \(checked.out)\(checked.err)")
+        }
         process.terminate()
         process.waitForExit()
     }
@@ -72,5 +103,11 @@ struct ExchangeCLITests {
         #expect(took < 60, "took \(took) s")  // 1.5 s and the process's start and exit, with room for a busy machine
         #expect(server.requests.contains { $0.hasPrefix("POST 127.0.0.1/v1/token") }, "\(server.requests)")
         #expect(try run(tokentoolExecutable, ["exchange", "--url", "http://x", "--provider", "p", "--audience", "a", "--timeout", "0", "a.b.c"]).status == 2)
+    }
+
+    /// Base64url with its padding restored, in the standard alphabet, for Foundation's decoder.
+    static func padded(_ text: String) -> String {
+        let standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        return standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
     }
 }
