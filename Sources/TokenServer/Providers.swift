@@ -88,6 +88,8 @@ struct ProviderSet: Sendable {
                     verifier = try description.makeVerifier {
                         var fetch = KeyFetchConfiguration()
                         if let caFile = provider.caFile { fetch.trustRoots = .pemFile(caFile) }
+                        fetch.hostOverrides = provider.hostOverrides ?? [:]
+                        if let port = provider.pdaPort { fetch.pdaPort = port }
                         do throws(KeySourceError) { return try stores.store(for: fetch) } catch { throw ConfigurationError(key: "\(key).caFile", error.message) }
                     }
                 } catch let error as TokenError {  // keys in hand that cannot make a verifier

@@ -191,6 +191,12 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
         public var permissionsClaim: String?
         /// Trust HTTPS servers whose certificates chain to this PEM file (private PKI).
         public var caFile: String?
+        /// pda, jwks, oidc: connect to another address for a host name (`{"alice.hubat.net":
+        /// "10.0.0.7"}`), an IP address; TLS still checks the server's certificate against the
+        /// name. For split-horizon networks, and for tests against a loopback PDA or issuer.
+        public var hostOverrides: [String: String]?
+        /// pda: the port of the PDAs' `/publickey` (default 443).
+        public var pdaPort: Int?
         /// How the account UID is made: `claim` (default `sub`; `iss`, the PDA's address, for a
         /// `pda` provider) after `prefix` (default `<provider name>:`, so two providers' users
         /// with one `sub` stay two accounts).
@@ -418,12 +424,18 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
                 ("issuers", provider.issuers != nil && provider.type == .pda),
                 ("audiences", provider.audiences != nil && provider.type == .pda),
                 ("caFile", provider.caFile != nil && (provider.type == .hs256 || provider.type == .pem)),
+                ("hostOverrides", provider.hostOverrides != nil && (provider.type == .hs256 || provider.type == .pem)),
+                ("pdaPort", provider.pdaPort != nil && provider.type != .pda),
             ]
             if let (field, _) = unused.first(where: \.1) {
                 let hint = provider.type == .pda && (field == "issuers" || field == "audiences") ? " (a pda provider accepts PDAs by allowedDomains and applications)" : ""
                 throw ConfigurationError(key: "\(key).\(field)", "is not used by type \(provider.type.rawValue)\(hint)")
             }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
+            if let port = provider.pdaPort, !(1...65535).contains(port) { throw ConfigurationError(key: "\(key).pdaPort", "must be 1 to 65535") }
+            for (host, address) in provider.hostOverrides ?? [:] where host.isEmpty || !Self.isIPAddress(address) {
+                throw ConfigurationError(key: "\(key).hostOverrides", "maps a host name to an IPv4 or IPv6 address (not \"\(address.prefix(64))\" for \"\(host.prefix(64))\")")
+            }
             if provider.dittoRules != nil {
                 if provider.permissions != nil { throw ConfigurationError(key: "\(key).permissions", "is not used with dittoRules (its rules grant the permissions)") }
                 if provider.permissionsClaim != nil {
@@ -559,5 +571,14 @@ extension ServerConfiguration.Provider {
         self.url = url
         self.issuer = issuer
         self.issuers = issuers
+    }
+}
+
+extension ServerConfiguration {
+    /// Whether `text` is an IPv4 address in dotted-decimal form or an IPv6 address.
+    static func isIPAddress(_ text: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
     }
 }

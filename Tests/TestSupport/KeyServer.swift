@@ -63,7 +63,7 @@ public struct TestFailure: Error, CustomStringConvertible {
 }
 
 /// One route of the test server (see keyserver.py).
-public struct Route: Encodable {
+public struct Route: Encodable, Sendable {
     public var status = 200
     public var headers: [String: String] = [:]
     public var body = ""

@@ -37,14 +37,28 @@ struct RouterTests {
         func body(_ object: [String: JSONValue]) -> ByteBuffer { ByteBuffer(string: JSONValue.object(object).compactText) }
     }
 
+    /// Each route test runs twice: requests handed to the router in process (HummingbirdTesting's
+    /// `.router`), and over a socket to a live server on a port the OS picks (`.live`).
+    enum Mode: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case router, live
+        var setup: TestingSetup { self == .router ? .router : .live }
+        var testDescription: String { rawValue }
+    }
+
+    /// The application `tokentool serve` runs (its edge handler, connection cap and idle
+    /// timeout) around `router`; `.live` gives it a port the OS picks.
+    static func application(_ service: TokenService, _ router: CountedRouter) throws -> Application<CountingResponder> {
+        try TokenHTTPServer.makeApplication(service, logger: Logger(label: "test"), router: router, onRunning: { _ in })
+    }
+
     static func json(_ response: TestResponse) throws -> [String: JSONValue] {
         try JSONValue.parse(Array(response.body.readableBytesView)).objectValue ?? [:]
     }
 
-    @Test func webhookAcceptsRefusesAndRejects() async throws {
+    @Test(arguments: Mode.allCases) func webhookAcceptsRefusesAndRejects(mode: Mode) async throws {
         let fixture = try await Fixture()
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
+        try await app.test(mode.setup) { client in
             let accepted = try await client.execute(
                 uri: "/v1/auth", method: .post, body: fixture.body(["appID": .string("dev"), "provider": .string("dev"), "token": .string(try fixture.token())]))
             #expect(accepted.status == .ok)
@@ -62,9 +76,14 @@ struct RouterTests {
             #expect(malformed.status == .badRequest)
             #expect(try Self.json(malformed)["error"]?.objectValue?["code"] == .string("invalid_request"))
 
-            let tooLarge = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: UInt8(ascii: "x"), count: 5000))
-            #expect(tooLarge.status == .contentTooLarge)
-            #expect(try Self.json(tooLarge)["error"]?.objectValue?["code"] == .string("body_too_large"))
+            // Over a socket the server answers 413 from the head and closes the connection while
+            // HummingbirdTesting's one-connection client is still writing the body, so the client
+            // fails; FrontEndTests read that 413 byte by byte (tooLargeBodiesAndWrongMethods).
+            if mode == .router {
+                let tooLarge = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: UInt8(ascii: "x"), count: 5000))
+                #expect(tooLarge.status == .contentTooLarge)
+                #expect(try Self.json(tooLarge)["error"]?.objectValue?["code"] == .string("body_too_large"))
+            }
 
             let unknownProvider = try await client.execute(
                 uri: "/v1/certificates", method: .post, body: fixture.body(["provider": .string("nope"), "token": .string("t"), "csr": .string("c")]))
@@ -75,11 +94,11 @@ struct RouterTests {
 
     /// Found by API fuzzing (scripts/api_fuzz.sh): wrongly typed fields were read as absent, a
     /// second app name went unchecked, and a 1-second certificate was refused as token_expired.
-    @Test func fieldsOfTheWrongTypeAreRefusedNotIgnored() async throws {
+    @Test(arguments: Mode.allCases) func fieldsOfTheWrongTypeAreRefusedNotIgnored(mode: Mode) async throws {
         let fixture = try await Fixture()
         let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
+        try await app.test(mode.setup) { client in
             func post(_ path: String, _ fields: [String: JSONValue]) async throws -> (HTTPResponse.Status, [String: JSONValue]) {
                 var object: [String: JSONValue] = ["provider": .string("dev"), "token": .string(try fixture.token())]
                 object.merge(fields) { $1 }
@@ -153,11 +172,11 @@ struct RouterTests {
         }
     }
 
-    @Test func identitiesArePerProviderAndFactorsAndPermissionsAreChecked() async throws {
+    @Test(arguments: Mode.allCases) func identitiesArePerProviderAndFactorsAndPermissionsAreChecked(mode: Mode) async throws {
         let fixture = try await Providers()
         let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: TestMetrics()))
+        try await app.test(mode.setup) { client in
             func post(_ path: String, _ object: [String: JSONValue]) async throws -> (HTTPResponse.Status, [String: JSONValue]) {
                 let response = try await client.execute(uri: path, method: .post, body: ByteBuffer(string: JSONValue.object(object).compactText))
                 return (response.status, try Self.json(response))
@@ -223,10 +242,10 @@ struct RouterTests {
         }
     }
 
-    @Test func caHealthAndUnknownRoutes() async throws {
+    @Test(arguments: Mode.allCases) func caHealthAndUnknownRoutes(mode: Mode) async throws {
         let fixture = try await Fixture()
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: ProcessMetrics.registry))
+        try await app.test(mode.setup) { client in
             let ca = try await client.execute(uri: "/v1/ca", method: .get)
             #expect(ca.status == .ok)
             #expect(String(buffer: ca.body).hasPrefix("-----BEGIN CERTIFICATE-----"))
@@ -246,20 +265,26 @@ struct RouterTests {
     /// Every request is counted once, by endpoint and status, errors and unknown paths
     /// included (its own metrics factory here: other tests count into the process's registry at
     /// the same time); without a registry there is no /metrics route.
-    @Test func everyRequestIsCountedOnce() async throws {
+    @Test(arguments: Mode.allCases) func everyRequestIsCountedOnce(mode: Mode) async throws {
         let fixture = try await Fixture()
         let counted = TestMetrics()
         @Sendable func count(endpoint: String, status: Int) -> Int64 {
             (try? counted.expectCounter("tokenserver_requests_total", [("endpoint", endpoint), ("status", String(status))]))?.totalValue ?? 0
         }
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: counted))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: nil, metricsFactory: counted))
+        try await app.test(mode.setup) { client in
             for _ in 0..<3 { _ = try await client.execute(uri: "/healthz", method: .get) }
             _ = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(string: "{}"))
-            _ = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: 0x20, count: 5000))
             _ = try await client.execute(uri: "/does-not-exist", method: .get)
             let metrics = try await client.execute(uri: "/metrics", method: .get)
             #expect(metrics.status == .notFound)
+            // Last: over a socket the 413 ends the connection (see webhookAcceptsRefusesAndRejects),
+            // and the client's error is expected there; the count is the same either way.
+            if mode == .router {
+                _ = try await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: 0x20, count: 5000))
+            } else {
+                _ = try? await client.execute(uri: "/v1/auth", method: .post, body: ByteBuffer(repeating: 0x20, count: 5000))
+            }
             #expect(count(endpoint: "healthz", status: 200) == 3)
             #expect(count(endpoint: "auth", status: 400) == 1)
             #expect(count(endpoint: "auth", status: 413) == 1)
@@ -270,11 +295,11 @@ struct RouterTests {
 
     /// /metrics shows the ledger's group commit (transactions and the certificates in them) and
     /// the ended-sessions list's age, and none of the removed layers' gauges.
-    @Test func metricsShowTheLedgersCommits() async throws {
+    @Test(arguments: Mode.allCases) func metricsShowTheLedgersCommits(mode: Mode) async throws {
         let fixture = try await Fixture()
         let registry = PrometheusCollectorRegistry()
-        let app = Application(router: TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
-        try await app.test(.router) { client in
+        let app = try Self.application(fixture.service, TokenHTTPServer.router(fixture.service, metrics: registry, metricsFactory: TestMetrics()))
+        try await app.test(mode.setup) { client in
             for _ in 0..<3 {
                 let csr = try DeviceCSR.make(key: try CAKeyAlgorithm.p256.generate())
                 let issued = try await client.execute(
@@ -282,8 +307,8 @@ struct RouterTests {
                     body: fixture.body(["provider": .string("dev"), "token": .string(try fixture.token()), "csr": .string(csr)]))
                 #expect(issued.status == .ok)
             }
-            let unloaded = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
-            #expect(unloaded.contains("\ntokenserver_sessions_list_age_seconds -1"), "the fixture's service has not loaded its ended sessions")
+            // The application loads the ended-sessions list before it serves (service.prepare);
+            // reloaded once more here, its age is seconds at most.
             try await fixture.service.sessions.reload()
             let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
             // One at a time: three transactions of one certificate each.
