@@ -205,7 +205,7 @@ struct PeerVerifierRFC5280Tests {
     /// x509-limbo's chain of 100 same-subject intermediates kept the verifier busy for 12 s. Within
     /// the cap, the worst case (certificates sharing subject and key, so each seems to have signed
     /// each other, with distinct SANs so none is taken for another) stays small.
-    @Test func aPresentedChainIsBounded() async throws {
+    @Test(.timeLimit(.minutes(2))) func aPresentedChainIsBounded() async throws {
         let root = try Party("Root"), alice = try Party("alice")
         let verifier = PeerVerifier(roots: [try Self.ca(root, issuedBy: root)], clock: Self.now)
         let loopKey = try CAKeyAlgorithm.p256.generate()
@@ -220,11 +220,9 @@ struct PeerVerifierRFC5280Tests {
         let tooMany = await Self.refusal(verifier, [leaf] + tangle)
         #expect(tooMany?.message.contains("at most \(PeerVerifier.maxIntermediates)") == true, "\(String(describing: tooMany))")
 
-        let start = ContinuousClock.now
+        // Bounded path building ends (an exponential search over the tangle would take hours:
+        // the time limit is the check that it does not).
         let withinCap = await Self.refusal(verifier, [leaf] + tangle.dropLast())
-        let elapsed = ContinuousClock.now - start
         #expect(withinCap?.code == .untrustedPeer)
-        // Bounded path building ends; an exponential search over the tangle would take hours.
-        #expect(elapsed < .seconds(120), "\(elapsed)")
     }
 }
