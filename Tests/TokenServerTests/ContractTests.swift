@@ -1,6 +1,7 @@
 import Foundation
 import NIOHTTP1
 import PeerCA
+import Synchronization
 import TestSupport
 import Testing
 import TokenKit
@@ -21,10 +22,13 @@ struct ContractTests {
         let recorded = try await LiveServer.with(configure: {
             $0.limits = .init(maxBodyBytes: 4096, requestTimeoutSeconds: LiveServer.requestTimeout, maxExpirationSeconds: 3600)
             $0.admin = ServerConfiguration.Admin(tokenFile: adminFile)
+            $0.issuer = ServerConfiguration.Issuer(url: nil, audiences: ["partner-api"], lifetimeSeconds: 600, keyDirectory: nil, reloadSeconds: nil)
         }) { server in
             var recorded: [JSONValue] = []
-            func record(_ method: HTTPMethod, _ path: String, _ body: [UInt8]?, headers: [String: String] = [:]) async throws {
-                let (status, bytes, headers) = try await server.request(method, path, body: body, headers: headers)
+            func record(
+                _ method: HTTPMethod, _ path: String, _ body: [UInt8]?, headers: [String: String] = [:], contentType: String = "application/json"
+            ) async throws {
+                let (status, bytes, headers) = try await server.request(method, path, body: body, contentType: contentType, headers: headers)
                 let contentType = headers.first(name: "content-type") ?? ""
                 let json: JSONValue = contentType.hasPrefix("application/json") ? try JSONValue.parse(bytes) : .null
                 recorded.append(.object([
@@ -63,11 +67,57 @@ struct ContractTests {
             let device = json(["deviceID": .string("kiosk-1"), "csr": .string(csr), "validitySeconds": .integer(86_400)])
             try await record(.POST, "/v1/admin/certificates", device, headers: admin)
             try await record(.POST, "/v1/admin/certificates", device)
-            // Renewal needs mutual TLS; over plain HTTP it is refused (RenewalTests covers the rest).
+            // Renewal needs mutual TLS; over plain HTTP it is refused (renewalMatchesTheDocument
+            // records a successful one).
             try await record(.POST, "/v1/certificates/renew", json(["csr": .string(csr)]))
+            // Token exchange (RFC 8693) and the issuer's published keys.
+            var exchange = ["grant_type": TokenExchangeTests.grant, "subject_token_type": TokenExchangeTests.jwtType, "audience": "partner-api", "provider": "dev"]
+            exchange["subject_token"] = try server.token(["sub": .string("exchanger")])
+            try await record(.POST, "/v1/token", TokenExchangeTests.form(exchange), contentType: "application/x-www-form-urlencoded")
+            exchange["grant_type"] = "password"
+            try await record(.POST, "/v1/token", TokenExchangeTests.form(exchange), contentType: "application/x-www-form-urlencoded")
+            try await record(.GET, "/.well-known/openid-configuration", nil)
+            try await record(.GET, "/.well-known/jwks.json", nil)
+            // OCSP: a request made by openssl for a certificate of this CA.
+            let (_, fresh) = try await server.json("/v1/certificates", ["provider": .string("dev"), "token": .string(try server.token(["sub": .string("o")])), "csr": .string(csr)])
+            let dir = try temporaryDirectory()
+            try PostgresTests.writeLeafAndIssuer(try #require(fresh["certificate"]?.stringValue), to: dir)
+            let openssl = try #require(which("openssl"))
+            let made = try await runDetached(openssl, ["ocsp", "-issuer", "issuer.pem", "-cert", "leaf.pem", "-reqout", "request.der", "-no_nonce"], cwd: dir)
+            #expect(made.status == 0, "\(made.err)")
+            let request = try Data(contentsOf: dir.appendingPathComponent("request.der"))
+            try await record(.POST, "/v1/ocsp", Array(request), contentType: "application/ocsp-request")
             return recorded
         }
-        #expect(recorded.count == 23)
+        #expect(recorded.count == 28)
+        let statuses = recorded.map { ($0.objectValue?["path"]?.stringValue ?? "", $0.objectValue?["status"]) }
+        for (path, status) in [("/v1/token", 200), ("/v1/token", 400), ("/.well-known/jwks.json", 200), ("/v1/ocsp", 200)] {
+            #expect(statuses.contains { $0.0 == path && $0.1 == .integer(status) }, "\(path) \(status): \(statuses)")
+        }
+        try await Self.check(recorded)
+    }
+
+    /// A successful renewal (mutual TLS with the device's current certificate) and a refused one
+    /// (revoked), recorded as the device's HTTPS client saw them.
+    @Test func renewalMatchesTheDocument() async throws {
+        let collected = Mutex<[JSONValue]>([])
+        try await RenewalTests.Fixture.with { f in
+            let (issued, device) = try await f.enroll("a", ["sub": .string("renewer")])
+            let port = f.server.base.split(separator: ":").last.map(String.init) ?? ""
+            for round in 0..<2 {
+                // The second round after the certificate's revocation: refused.
+                if round == 1 { _ = try await f.server.service.ca.revoke(serial: try #require(issued["serial"]?.stringValue), reason: .keyCompromise) }
+                let (status, contentType, body) = try await RenewalTests.exchange(
+                    f.server, port: port, serverCertificate: f.serverCertificate, "/v1/certificates/renew", ["csr": .string(try await f.csr("b"))], device: device)
+                let entry: JSONValue = .object([
+                    "path": .string("/v1/certificates/renew"), "method": .string("post"), "status": .integer(status),
+                    "contentType": .string(contentType), "body": try JSONValue.parse(body),
+                ])
+                collected.withLock { $0.append(entry) }
+            }
+        }
+        let recorded = collected.withLock { $0 }
+        #expect(recorded.map { $0.objectValue?["status"] } == [.integer(200), .integer(403)], "\(recorded)")
         try await Self.check(recorded)
     }
 

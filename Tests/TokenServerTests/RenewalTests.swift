@@ -24,6 +24,14 @@ struct RenewalTests {
     static func post(
         _ server: LiveServer, port: String, serverCertificate: String, _ path: String, _ object: [String: JSONValue], device: Device? = nil
     ) async throws -> (status: Int, json: [String: JSONValue]) {
+        let (status, _, body) = try await exchange(server, port: port, serverCertificate: serverCertificate, path, object, device: device)
+        return (status, (try? JSONValue.parse(body))?.objectValue ?? [:])
+    }
+
+    /// ``post(_:port:serverCertificate:_:_:device:)``'s status, content type and body bytes.
+    static func exchange(
+        _ server: LiveServer, port: String, serverCertificate: String, _ path: String, _ object: [String: JSONValue], device: Device? = nil
+    ) async throws -> (status: Int, contentType: String, body: [UInt8]) {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.trustRoots = .file(serverCertificate)
         if let device {
@@ -39,7 +47,7 @@ struct RenewalTests {
             let response = try await client.execute(request, timeout: .seconds(20))
             let bytes = try await response.body.collect(upTo: 1 << 20)
             try await client.shutdown()
-            return (Int(response.status.code), (try? JSONValue.parse(Array(bytes.readableBytesView)))?.objectValue ?? [:])
+            return (Int(response.status.code), response.headers.first(name: "content-type") ?? "", Array(bytes.readableBytesView))
         } catch {
             try? await client.shutdown()
             throw error
