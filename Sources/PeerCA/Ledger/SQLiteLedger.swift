@@ -506,6 +506,25 @@ public final class SQLiteLedger: CertificateLedger {
         return try? queue.read { db in try Int.fetchOne(db, sql: "PRAGMA schema_version") }
     }
 
+    /// The writer connection's prepared statements that still hold a blob bound to them, as
+    /// SQLite expands them (the fuzz-found leak: a cached INSERT kept the last certificate's DER
+    /// until its next use). For tests; empty when every batch cleared its bindings.
+    func statementsHoldingBlobs() async throws -> [String] {
+        try await pool.write { db in
+            var held: [String] = []
+            var statement = sqlite3_next_stmt(db.sqliteConnection, nil)
+            while let current = statement {
+                if let expanded = sqlite3_expanded_sql(current) {
+                    let text = String(cString: expanded)
+                    sqlite3_free(expanded)
+                    if text.range(of: "[xX]'[0-9A-Fa-f]{16,}'", options: .regularExpression) != nil { held.append(String(text.prefix(200))) }
+                }
+                statement = sqlite3_next_stmt(db.sqliteConnection, current)
+            }
+            return held
+        }
+    }
+
     static func describe(_ error: any Error) -> String {
         if let error = error as? DatabaseError { return "SQLite \(error.resultCode): \(error.message ?? "")" }
         return "\(error)"
