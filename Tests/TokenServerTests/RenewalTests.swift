@@ -112,6 +112,29 @@ struct RenewalTests {
         }
 
         func recorded() async throws -> Int { try await server.service.ca.ledger.recent(limit: 100).count }
+
+        /// A renewal of `body` with `device`'s certificate (none: no client certificate) is
+        /// answered `status` with the error `code`, and nothing is recorded.
+        func refused(_ body: [String: JSONValue], device: Device?, status: Int, code: String) async throws {
+            let before = try await recorded()
+            let (answered, reply) = try await post("/v1/certificates/renew", body, device: device)
+            #expect(answered == status, "\(reply)")
+            #expect(RenewalTests.errorCode(reply) == code, "\(reply)")
+            #expect(try await recorded() == before)
+        }
+
+        /// A renewal with `device`'s certificate gets no answer: the handshake ends with the
+        /// server's `alert` (BoringSSL's name for it), and nothing is recorded.
+        func refusedAtTheHandshake(_ device: Device, alert: String) async throws {
+            let before = try await recorded()
+            do {
+                let reply = try await post("/v1/certificates/renew", ["csr": .string(try await csr("refused"))], device: device)
+                Issue.record("answered instead of refused with \(alert): \(reply)")
+            } catch {
+                #expect(String(reflecting: error).contains(alert), "\(String(reflecting: error))")
+            }
+            #expect(try await recorded() == before)
+        }
     }
 
     static func errorCode(_ reply: [String: JSONValue]) -> String? { reply["error"]?.objectValue?["code"]?.stringValue }
@@ -147,11 +170,7 @@ struct RenewalTests {
     /// Without a client certificate: 401 client_certificate_required, nothing issued.
     @Test func withoutAClientCertificateNothingIsRenewed() async throws {
         try await Fixture.with { f in
-            let before = try await f.recorded()
-            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("d"))])
-            #expect(status == 401)
-            #expect(Self.errorCode(reply) == "client_certificate_required", "\(reply)")
-            #expect(try await f.recorded() == before)
+            try await f.refused(["csr": .string(try await f.csr("d"))], device: nil, status: 401, code: "client_certificate_required")
         }
     }
 
@@ -159,11 +178,7 @@ struct RenewalTests {
     @Test func badInputIsRefused() async throws {
         try await Fixture.with { f in
             let (_, device) = try await f.enroll("a", ["sub": .string("renewer")])
-            let before = try await f.recorded()
-            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .integer(1)], device: device)
-            #expect(status == 400)
-            #expect(Self.errorCode(reply) == "invalid_request", "\(reply)")
-            #expect(try await f.recorded() == before)
+            try await f.refused(["csr": .integer(1)], device: device, status: 400, code: "invalid_request")
         }
     }
 
@@ -172,11 +187,7 @@ struct RenewalTests {
         try await Fixture.with { f in
             let (issued, device) = try await f.enroll("a", ["sub": .string("renewer")])
             _ = try await f.server.service.ca.revoke(serial: try #require(issued["serial"]?.stringValue), reason: .keyCompromise)
-            let before = try await f.recorded()
-            let (status, reply) = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("e"))], device: device)
-            #expect(status == 403)
-            #expect(Self.errorCode(reply) == "revoked", "\(reply)")
-            #expect(try await f.recorded() == before)
+            try await f.refused(["csr": .string(try await f.csr("e"))], device: device, status: 403, code: "revoked")
         }
     }
 
@@ -188,15 +199,8 @@ struct RenewalTests {
                 "-days", "1", "-subj", "/CN=dev:renewer",
             ])
             let foreign = Device(key: f.dir.appendingPathComponent("foreign.key").path, chain: f.dir.appendingPathComponent("foreign.pem").path)
-            let before = try await f.recorded()
-            do {
-                let reply = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("f"))], device: foreign)
-                Issue.record("a foreign certificate was answered: \(reply)")
-            } catch {
-                // The server's alert: its trust root (this CA) did not issue the certificate.
-                #expect(String(reflecting: error).contains("TLSV1_ALERT_UNKNOWN_CA"), "\(String(reflecting: error))")
-            }
-            #expect(try await f.recorded() == before)
+            // The server's alert: its trust root (this CA) did not issue the certificate.
+            try await f.refusedAtTheHandshake(foreign, alert: "TLSV1_ALERT_UNKNOWN_CA")
         }
     }
 
@@ -206,14 +210,7 @@ struct RenewalTests {
             let (_, expiring) = try await f.enroll("g", ["sub": .string("renewer")], validitySeconds: 1)
             // Waits for the expiry (the certificate's one second, and a second for its notAfter's rounding).
             try await Task.sleep(for: .milliseconds(2500))
-            let before = try await f.recorded()
-            do {
-                let reply = try await f.post("/v1/certificates/renew", ["csr": .string(try await f.csr("h"))], device: expiring)
-                Issue.record("an expired certificate was answered: \(reply)")
-            } catch {
-                #expect(String(reflecting: error).contains("ALERT_CERTIFICATE_EXPIRED"), "\(String(reflecting: error))")
-            }
-            #expect(try await f.recorded() == before)
+            try await f.refusedAtTheHandshake(expiring, alert: "ALERT_CERTIFICATE_EXPIRED")
         }
     }
 
