@@ -1,6 +1,7 @@
 import Foundation
 import TestSupport
 import Testing
+import TokenKit
 
 #if canImport(Glibc)
     import Glibc
@@ -49,10 +50,8 @@ struct ExchangeCLITests {
         #expect(refused.err.contains("REFUSED invalid_target"), "\(refused.err)")
 
         func kid(_ token: String) -> String? {
-            guard let header = token.split(separator: ".").first, let data = Data(base64Encoded: Self.padded(String(header))),
-                let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-            else { return nil }
-            return object["kid"] as? String
+            guard let header = token.split(separator: ".").first, let bytes = Base64URL.decode(String(header)) else { return nil }
+            return (try? JSONValue.parse(bytes))?.objectValue?["kid"]?.stringValue
         }
         func key(_ state: String) throws -> String? {
             let listed = try run(tokentoolExecutable, ["issuer", "list", "--dir", keys])
@@ -105,9 +104,4 @@ struct ExchangeCLITests {
         #expect(try run(tokentoolExecutable, ["exchange", "--url", "http://x", "--provider", "p", "--audience", "a", "--timeout", "0", "a.b.c"]).status == 2)
     }
 
-    /// Base64url with its padding restored, in the standard alphabet, for Foundation's decoder.
-    static func padded(_ text: String) -> String {
-        let standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        return standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
-    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import TestSupport
 import Testing
+import TokenKit
 
 /// `tokentool issuer init` as a user runs it: the key directory it makes, checked with `openssl`
 /// rather than with tokentool's own code.
@@ -52,15 +53,12 @@ struct IssuerCLITests {
         let exported = try run(openssl, ["pkey", "-in", file, "-pubout", "-outform", "DER", "-out", der])
         guard exported.status == 0 else { throw SupportError("openssl pkey: \(exported.err)") }
         let point = try Data(contentsOf: URL(fileURLWithPath: der)).suffix(64)
-        func base64url(_ data: Data) -> String {
-            data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-        }
-        let members = #"{"crv":"P-256","kty":"EC","x":"\#(base64url(point.prefix(32)))","y":"\#(base64url(point.suffix(32)))"}"#
+        let members = #"{"crv":"P-256","kty":"EC","x":"\#(Base64URL.encode(point.prefix(32)))","y":"\#(Base64URL.encode(point.suffix(32)))"}"#
         let input = dir.appendingPathComponent("members.json")
         try members.write(to: input, atomically: true, encoding: .utf8)
         let digest = dir.appendingPathComponent("digest.bin").path
         let hashed = try run(openssl, ["dgst", "-sha256", "-binary", "-out", digest, input.path])
         guard hashed.status == 0 else { throw SupportError("openssl dgst: \(hashed.err)") }
-        return base64url(try Data(contentsOf: URL(fileURLWithPath: digest)))
+        return Base64URL.encode(try Data(contentsOf: URL(fileURLWithPath: digest)))
     }
 }
