@@ -1,4 +1,5 @@
 public import Foundation
+import NIOCore
 public import PeerCA
 import TokenKit
 
@@ -433,7 +434,7 @@ public struct ServerConfiguration: Sendable, Codable, Hashable {
             }
             if let issuers = provider.issuers, issuers.isEmpty { throw ConfigurationError(key: "\(key).issuers", "must not be empty") }
             if let port = provider.pdaPort, !(1...65535).contains(port) { throw ConfigurationError(key: "\(key).pdaPort", "must be 1 to 65535") }
-            for (host, address) in provider.hostOverrides ?? [:] where host.isEmpty || !Self.isIPAddress(address) {
+            for (host, address) in provider.hostOverrides ?? [:] where host.isEmpty || (try? SocketAddress(ipAddress: address, port: 0)) == nil {
                 throw ConfigurationError(key: "\(key).hostOverrides", "maps a host name to an IPv4 or IPv6 address (not \"\(address.prefix(64))\" for \"\(host.prefix(64))\")")
             }
             if provider.dittoRules != nil {
@@ -571,14 +572,5 @@ extension ServerConfiguration.Provider {
         self.url = url
         self.issuer = issuer
         self.issuers = issuers
-    }
-}
-
-extension ServerConfiguration {
-    /// Whether `text` is an IPv4 address in dotted-decimal form or an IPv6 address.
-    static func isIPAddress(_ text: String) -> Bool {
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        return inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
     }
 }
