@@ -17,6 +17,7 @@ let strictSettings: [SwiftSetting] = [
 let pda: TargetDependencyCondition? = .when(traits: ["PDAKeys"])
 let peerCA: TargetDependencyCondition? = .when(traits: ["PeerCA"])
 let postgres: TargetDependencyCondition? = .when(traits: ["PeerCAPostgres"])
+let peerClient: TargetDependencyCondition? = .when(traits: ["PeerClient"])
 let server: TargetDependencyCondition? = .when(traits: ["TokenServer"])
 
 let package = Package(
@@ -27,6 +28,7 @@ let package = Package(
         .library(name: "PDAKeys", targets: ["PDAKeys"]),
         .library(name: "PeerCA", targets: ["PeerCA"]),
         .library(name: "PeerCAPostgres", targets: ["PeerCAPostgres"]),
+        .library(name: "PeerClient", targets: ["PeerClient"]),
         .library(name: "TokenServer", targets: ["TokenServer"]),
         .executable(name: "tokentool", targets: ["tokentool"]),
         .executable(name: "tokenbench", targets: ["tokenbench"]),
@@ -43,9 +45,13 @@ let package = Package(
             description: "The PeerCAPostgres ledger (postgres-nio, swift-service-lifecycle).",
             enabledTraits: ["PeerCA"]),
         .trait(
+            name: "PeerClient",
+            description: "The PeerClient library, a device's half (async-http-client, SwiftNIO, NIOSSL, and PeerCA's).",
+            enabledTraits: ["PeerCA"]),
+        .trait(
             name: "TokenServer",
             description: "The TokenServer library, the tokentool CLI, tokenbench and the tests (everything).",
-            enabledTraits: ["PDAKeys", "PeerCA", "PeerCAPostgres"]),
+            enabledTraits: ["PDAKeys", "PeerCA", "PeerCAPostgres", "PeerClient"]),
         .default(enabledTraits: ["TokenServer"]),
     ],
     dependencies: [
@@ -132,6 +138,18 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .target(
+            name: "PeerClient",
+            dependencies: [
+                "TokenKit", "PeerCA",
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: peerClient),
+                .product(name: "NIOCore", package: "swift-nio", condition: peerClient),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: peerClient),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: peerClient),
+                .product(name: "X509", package: "swift-certificates", condition: peerClient),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
             name: "TokenServer",
             dependencies: [
                 "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres",
@@ -160,7 +178,7 @@ let package = Package(
         .executableTarget(
             name: "tokentool",
             dependencies: [
-                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "TokenServer", "CStandardStreams",
+                "TokenKit", "PDAKeys", "PeerCA", "PeerCAPostgres", "PeerClient", "TokenServer", "CStandardStreams",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: server),
                 .product(name: "Metrics", package: "swift-metrics", condition: server),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: server),
@@ -170,6 +188,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio", condition: server),
                 .product(name: "NIOHTTP1", package: "swift-nio", condition: server),
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: server),
+                .product(name: "NIOPosix", package: "swift-nio", condition: server),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
+                .product(name: "X509", package: "swift-certificates", condition: server),
             ],
             swiftSettings: strictSettings
         ),
@@ -284,7 +305,11 @@ let package = Package(
         // tokentool executable: the library test targets do not depend on it.
         .testTarget(
             name: "tokentoolTests",
-            dependencies: ["tokentool", "TestSupport", "TokenKit", "PDAKeys", "PeerCA"],
+            dependencies: [
+                "tokentool", "TestSupport", "TokenKit", "PDAKeys", "PeerCA", "PeerClient",
+                .product(name: "NIOCore", package: "swift-nio", condition: server),
+                .product(name: "NIOPosix", package: "swift-nio", condition: server),
+            ],
             swiftSettings: strictSettings
         ),
     ],

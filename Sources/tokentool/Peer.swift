@@ -39,8 +39,20 @@ struct CSRCommand: ParsableCommand {
 struct PeerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "peer",
-        abstract: "Check certificates that devices present to each other.",
-        subcommands: [PeerVerifyCommand.self])
+        abstract: "A device's side: enroll, stay renewed, talk mutual TLS to peers, check their certificates.",
+        discussion: """
+            Examples:
+              tokentool peer enroll --server https://127.0.0.1:8443 \\
+                  --ca tokentool-state/ca/root.pem --provider dev \\
+                  --token-file alice.jwt --dir alice
+              tokentool peer renew --dir alice --daemon
+              tokentool peer listen --dir bob --port 9443
+              tokentool peer connect --dir alice 127.0.0.1:9443
+            """,
+        subcommands: [
+            PeerEnrollCommand.self, PeerRenewCommand.self, PeerStatusCommand.self, PeerListenCommand.self, PeerConnectCommand.self,
+            PeerVerifyCommand.self,
+        ])
 }
 
 struct PeerVerifyCommand: AsyncParsableCommand {

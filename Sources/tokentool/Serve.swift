@@ -12,6 +12,7 @@ import ServiceLifecycle
 import TokenKit
 import TokenServer
 import UnixSignals
+import X509
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,7 +31,9 @@ struct Serve: AsyncParsableCommand {
             what each takes and answers).
 
             It speaks HTTP/1.1 (keep-alive, pipelined requests answered in order; HTTPS with \
-            --tls-certificate and --tls-key). A connection silent for the request timeout (at \
+            --tls-certificate and --tls-key, or --tls: a certificate from its own CA for \
+            localhost, 127.0.0.1, ::1 and each --tls-name, which devices holding \
+            tokentool-state/ca/root.pem trust). A connection silent for the request timeout (at \
             least 5 s) outside an answer is closed. SIGTERM or Ctrl-C shut it down gracefully: \
             it stops accepting, and requests in flight finish.
 
@@ -40,6 +43,7 @@ struct Serve: AsyncParsableCommand {
             Examples:
               tokentool serve
               tokentool serve --port 9000 --state /tmp/tt
+              tokentool serve --tls --port 8443   # HTTPS, certificate from its own CA
               tokentool serve --config /etc/tokentool/server.json
               tokentool serve --self-check   # start, call both endpoints once, then stop
             """)
@@ -62,8 +66,17 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "PEM private key of --tls-certificate (mode 0600).")
     var tlsKey: String?
 
+    @Flag(help: "Serve HTTPS with a server certificate from the service's own CA, made at each start (embedded defaults only).")
+    var tls = false
+
+    @Option(help: "A name for the --tls certificate besides localhost, 127.0.0.1 and ::1 (repeatable).")
+    var tlsName: [String] = []
+
     func validate() throws {
         if (tlsCertificate == nil) != (tlsKey == nil) { throw ValidationError("--tls-certificate and --tls-key go together") }
+        if tls, tlsCertificate != nil { throw ValidationError("--tls makes its own certificate: leave out --tls-certificate and --tls-key") }
+        if tls, config != nil { throw ValidationError("--tls is for the embedded defaults; with --config, set tls in the configuration") }
+        if !tlsName.isEmpty, !tls { throw ValidationError("--tls-name goes with --tls") }
     }
 
     @Flag(help: "Start, send one webhook request and one certificate request to itself, print the answers, and stop.")
@@ -90,12 +103,19 @@ struct Serve: AsyncParsableCommand {
             configuration.limits = limits
         }
         if let tlsCertificate, let tlsKey { configuration.tls = ServerConfiguration.TLS(certificate: tlsCertificate, key: tlsKey) }
+        if tls { configuration.tls = OwnTLS.files(state: state) }
         if selfCheck { configuration.listen.port = 0 }
         // A configuration error names where the configuration came from.
         let misconfigured = { (error: ConfigurationError) in CLIExit.usage("\(config ?? "defaults"): \(error)") }
         let service: TokenService
         do { service = try await TokenService.start(configuration: configuration, logger: logger) } catch let error as ConfigurationError {
             throw misconfigured(error)
+        }
+        if tls {
+            do { try OwnTLS.make(service: service, state: state, names: OwnTLS.names(listen: configuration.listen.host, extra: tlsName)) } catch {
+                await service.shutdown()
+                throw error
+            }
         }
         let started = AsyncStream<Int>.makeStream()
         // The process's metrics go to one Prometheus registry, which GET /metrics shows.
@@ -218,6 +238,42 @@ struct Serve: AsyncParsableCommand {
             try? await client.shutdown()
             throw error
         }
+    }
+}
+
+/// `serve --tls`: the service's own HTTPS certificate, from its CA, made anew at each start.
+enum OwnTLS {
+    static func files(state: String) -> ServerConfiguration.TLS {
+        let dir = (state as NSString).appendingPathComponent("tls")
+        return ServerConfiguration.TLS(certificate: (dir as NSString).appendingPathComponent("server.pem"), key: (dir as NSString).appendingPathComponent("server.key"))
+    }
+
+    /// localhost, 127.0.0.1, ::1, the listening host when it is a specific one, and `extra`.
+    static func names(listen: String, extra: [String]) -> [String] {
+        var names = ["localhost", "127.0.0.1", "::1"]
+        for name in [listen] + extra where !["0.0.0.0", "::", ""].contains(name) && !names.contains(name) { names.append(name) }
+        return names
+    }
+
+    /// A new P-256 key and a 90-day server certificate for `names` from the service's CA, each
+    /// file written whole and renamed over the last start's.
+    static func make(service: TokenService, state: String, names: [String]) throws {
+        let files = files(state: state)
+        let dir = (files.certificate as NSString).deletingLastPathComponent
+        if mkdir(dir, 0o700) != 0, errno != EEXIST { throw CLIExit.usage("cannot create \(dir): \(String(cString: strerror(errno)))") }
+        let authority = service.ca.authority
+        do {
+            let key = try CAKeyAlgorithm.p256.generate()
+            let certificate = try authority.serviceCertificate(publicKey: key.publicKey, names: names, validity: 90 * 86_400)
+            var chain = PEMText.encode(certificate.derBytes, label: "CERTIFICATE")
+            for intermediate in authority.intermediates { chain += PEMText.encode(intermediate.derBytes, label: "CERTIFICATE") }
+            for (path, contents, mode) in [(files.key, try DeviceCSR.keyPEM(key), mode_t(0o600)), (files.certificate, chain, mode_t(0o644))] {
+                let temporary = path + ".new"
+                unlink(temporary)
+                try Output.writeNew(temporary, contents: Array(contents.utf8), mode: mode)
+                guard rename(temporary, path) == 0 else { throw CLIExit(code: 1, message: "cannot write \(path): \(String(cString: strerror(errno)))") }
+            }
+        } catch let error as PeerCAError { throw CLIExit.usage("--tls: \(error.message)") }
     }
 }
 

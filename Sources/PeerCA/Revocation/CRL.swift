@@ -146,7 +146,7 @@ public struct RevocationList: Sendable {
     /// Nil when the list is current at `time` (thisUpdate at most ``PeerVerifier/crlClockSkew``
     /// ahead of it, time at most nextUpdate, which it must have); otherwise why not, in words. The
     /// one rule for the verifier's check of a leaf and a ``PeerTLS``'s update.
-    func notCurrent(at time: Date) -> String? {
+    package func notCurrent(at time: Date) -> String? {
         if let nextUpdate, thisUpdate <= time + PeerVerifier.crlClockSkew, time <= nextUpdate { return nil }
         let next = nextUpdate.map { ISO8601Text.string($0) } ?? "none"
         return "the CRL is not current (thisUpdate \(ISO8601Text.string(thisUpdate)), nextUpdate \(next)"
