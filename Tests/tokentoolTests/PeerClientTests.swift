@@ -433,3 +433,28 @@ struct PeerCLITests {
         #expect(renew.status == 0 && renew.out.contains("renewed spiffe://"), "\(renew.out)\(renew.err)")
     }
 }
+
+/// The README's device lines, run with bash as written (ports 8443 and 9443 replaced by ports the
+/// OS picks): `serve --tls`, two enrollments, a renewal, the daemon, two peers talking, the status.
+@Suite("README device walk-through")
+struct PeerReadmeTests {
+    @Test func theReadmeDeviceLinesWork() async throws {
+        let block = try readmeBlock("device")
+        #expect(block.contains("--port 8443") && block.contains("--port 9443"))
+        let dir = try temporaryDirectory()
+        let script = "set -euo pipefail\ntrap 'kill ${SERVE:-} ${BOB:-} ${DAEMON:-} 2>/dev/null || true' EXIT\n"
+            + block.replacingOccurrences(of: "--port 8443", with: "--port 0").replacingOccurrences(of: "--port 9443", with: "--port 0")
+        let tools = tokentoolExecutable.deletingLastPathComponent().path
+        let bash = try #require(which("bash"))
+        let result = try await runDetached(bash, ["-c", "export PATH=\"\(tools):$PATH\"\n" + script], cwd: dir)
+        #expect(result.status == 0, "\(result.out)\(result.err)")
+        for expected in [
+            "enrolled spiffe://dev/tokentool-dev/alice", "enrolled spiffe://dev/tokentool-dev/bob", "renewed spiffe://dev/tokentool-dev/alice",
+            "connected to spiffe://dev/tokentool-dev/bob", "echo hello", "state: valid",
+        ] {
+            #expect(result.out.contains(expected), "\(expected): \(result.out)")
+        }
+        let bob = (try? String(contentsOf: dir.appendingPathComponent("bob.log"), encoding: .utf8)) ?? ""
+        #expect(bob.contains("connection from spiffe://dev/tokentool-dev/alice"), "\(bob)")
+    }
+}

@@ -39,27 +39,8 @@ struct SessionsReadmeTests {
         serve.process.terminate()
         serve.process.waitForExit()
     }
-
-    /// The README's renewal lines: serve over HTTPS (on a port the OS picks instead of 8443), a
-    /// certificate, then its renewal over mutual TLS with no token.
-    @Test func theReadmeRenewalLinesWork() async throws {
-        try await offThePool { try renewal() }
-    }
-
-    func renewal() throws {
-        let block = try readmeBlock("renew")
-        #expect(block.contains("--port 8443"))
-        let dir = try temporaryDirectory()
-        let result = try runServingBlock(block.replacingOccurrences(of: "--port 8443", with: "--port 0"), in: dir)
-        #expect(result.status == 0, "\(result.out)\(result.err)")
-        let issued = (try? String(contentsOf: dir.appendingPathComponent("issued.json"), encoding: .utf8)) ?? ""
-        let serial = issued.firstMatch(of: /"serial":"([0-9a-f]+)"/).map { String($0.1) } ?? "none"
-        #expect(result.out.contains(#""renewalOf":"\#(serial)""#), "\(result.out)\(issued)")
-        #expect(result.out.contains(#""account":"dev:ada""#), "\(result.out)")
-    }
 }
 
-/// The shell lines between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in the README.
 func readmeBlock(_ name: String) throws -> String {
     let readme = try String(contentsOf: Fixtures.root.appendingPathComponent("README.md"), encoding: .utf8)
     guard let begin = readme.range(of: "<!-- \(name):begin -->\n```sh\n"), let end = readme.range(of: "```\n<!-- \(name):end -->", range: begin.upperBound..<readme.endIndex) else {
