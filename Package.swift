@@ -309,6 +309,8 @@ let package = Package(
                 "tokentool", "TestSupport", "TokenKit", "PDAKeys", "PeerCA", "PeerClient",
                 .product(name: "NIOCore", package: "swift-nio", condition: server),
                 .product(name: "NIOPosix", package: "swift-nio", condition: server),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: server),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: server),
             ],
             swiftSettings: strictSettings
         ),

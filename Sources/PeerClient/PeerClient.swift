@@ -1,5 +1,5 @@
 import AsyncHTTPClient
-public import Foundation
+import Foundation
 public import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -80,7 +80,7 @@ public actor PeerClient {
     public nonisolated var credential: PeerCredential? { shared.state.withLock { $0.credential } }
 
     /// The mutual-TLS material of the certificate in use: its NIOSSL server and client
-    /// configurations, its ``PeerTLS/verifier`` with the latest revocation list. A renewal makes a
+    /// configurations, its `verifier` with the latest revocation list. A renewal makes a
     /// new one; ``addServerHandlers(to:onPeer:)`` and ``addClientHandlers(to:onPeer:)`` always
     /// take the one current when the connection starts.
     public nonisolated var tls: PeerTLS? { shared.state.withLock { $0.tls } }

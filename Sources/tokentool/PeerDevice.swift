@@ -191,7 +191,7 @@ struct PeerRenewCommand: AsyncParsableCommand {
             do {
                 _ = try await client.start()
                 print("renewed \(summary(try await client.renew()))")
-            } catch let error as PeerClientError where error.code == .refused || error.code == .notEnrolled {
+            } catch where error.code == .refused || error.code == .notEnrolled {
                 say("authentication required: \(error)")
                 do { print("enrolled \(summary(try await client.enroll()))") } catch { throw CLIExit(code: 1, message: "tokentool peer renew: \(error)") }
             } catch { throw CLIExit(code: 1, message: "tokentool peer renew: \(error)") }

@@ -1,6 +1,8 @@
 import Foundation
 import NIOCore
+import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import PeerCA
 import PeerClient
 import Synchronization
@@ -199,6 +201,46 @@ final class Collect: ChannelInboundHandler {
     }
 }
 
+/// HTTPS on the service's port with the service's own certificate, answering every request
+/// `503 {"error": {"code": "unavailable", …}}` at once: a service that is there but cannot serve.
+final class Unavailable: Sendable {
+    let channel: any Channel
+
+    init(port: Int, state: String) async throws {
+        let configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMFile(state + "/tls/server.pem").map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(file: state + "/tls/server.key", format: .pem)))
+        let context = try NIOSSLContext(configuration: configuration)
+        channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(Answer503())
+                }
+            }
+            .bind(host: "127.0.0.1", port: port).get()
+    }
+
+    func close() async throws { try await channel.close() }
+
+    final class Answer503: ChannelInboundHandler {
+        typealias InboundIn = HTTPServerRequestPart
+        typealias OutboundOut = HTTPServerResponsePart
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            guard case .end = Self.unwrapInboundIn(data) else { return }
+            let body = ByteBuffer(string: #"{"error":{"code":"unavailable","message":"down for maintenance"}}"#)
+            var head = HTTPResponseHead(version: .http1_1, status: .serviceUnavailable)
+            head.headers.add(name: "content-type", value: "application/json")
+            head.headers.add(name: "content-length", value: "\(body.readableBytes)")
+            context.write(Self.wrapOutboundOut(.head(head)), promise: nil)
+            context.write(Self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+            context.writeAndFlush(Self.wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}
+
 /// Connects `client` to a listener over mutual TLS and sends one line: the listener's identity
 /// as the client saw it (nil: the handshake failed) and the answer ("" when closed first).
 func talk(_ client: PeerClient, to port: Int) async throws -> (peer: PeerCertificateIdentity?, answer: String) {
@@ -286,27 +328,55 @@ struct PeerClientTests {
         #expect(refused || revoked, "\(alice.log.all.map(EventLog.name))")
     }
 
+    /// An outage in two parts, then the service back: first the service's port answers every
+    /// request at once with `503` (HTTPS with the service's own certificate), then nothing listens
+    /// on it. The client backs off — a handful of attempts while every attempt fails at once, not
+    /// a busy loop —, its renewal fails while the service is down, and it renews, with no new
+    /// token, once the service is back.
     @Test func anUnreachableServiceIsRetriedWithBackoffUntilItIsBack() async throws {
         let service = try DeviceService()
-        // AsyncHTTPClient retries a refused connection until the request's deadline: a short one
-        // here, so that attempts fail (and are retried by the client) while the certificate is valid.
-        let alice = try service.device("alice") { $0.validitySeconds = 15; $0.renewalJitter = 0; $0.requestTimeout = 2 }
+        let alice = try service.device("alice") { $0.validitySeconds = 20; $0.renewalJitter = 0; $0.requestTimeout = 2 }
         let first = try await alice.client.start()
         service.stop()
+        let unavailable = try await Unavailable(port: service.port, state: service.state)
         let running = Task { await alice.client.run() }
         defer { running.cancel() }
-        let unreachable: @Sendable (PeerClientEvent) -> Bool = { if case .failed(let error) = $0 { error.code == .unreachable } else { false } }
-        let one = try await alice.log.wait(for: "a failed renewal", unreachable)
-        try await alice.log.wait(after: one + 1, for: "a second failed attempt", unreachable)
-        let failuresBefore = alice.log.all.filter(unreachable).count
+        try await Task.sleep(for: .seconds(3))
+        let attempts = alice.log.all.filter { if case .failed(let error) = $0 { error.status == 503 } else { false } }.count
+        #expect(attempts >= 2 && attempts <= 10, "\(attempts) attempts in 3 s: \(alice.log.all.map(EventLog.name))")
+        try await unavailable.close()
+        let failedRenewal: @Sendable (PeerClientEvent) -> Bool = {
+            if case .failed(let error) = $0 { error.code == .unreachable && error.message.contains("/v1/certificates/renew") } else { false }
+        }
+        try await alice.log.wait(for: "a failed renewal", failedRenewal)
         try service.restart()
         defer { service.stop() }
         let renewed = try await alice.log.wait(for: "renewed") { if case .renewed = $0 { true } else { false } }
         guard case .renewed(let credential) = alice.log.all[renewed] else { return }
         #expect(credential.serial != first.serial)
         #expect(alice.tokens.count == 1, "the service's outage needs no new token: \(alice.log.all.map(EventLog.name))")
-        // Backoff, not a busy loop: a handful of attempts while the service was down.
-        #expect(failuresBefore < 30, "\(failuresBefore) attempts")
+    }
+
+    /// Renewals failing until the certificate runs out: `expiringSoon`, then
+    /// `authenticationRequired` once it expired, then a new enrollment when the service is back.
+    @Test func anExpiringCertificateIsAnnouncedThenReplacedWithANewToken() async throws {
+        let service = try DeviceService()
+        let alice = try service.device("alice") { $0.validitySeconds = 6; $0.requestTimeout = 1 }
+        let first = try await alice.client.start()
+        service.stop()
+        let running = Task { await alice.client.run() }
+        defer { running.cancel() }
+        let soon = try await alice.log.wait(for: "expiringSoon") { if case .expiringSoon = $0 { true } else { false } }
+        guard case .expiringSoon(let seconds) = alice.log.all[soon] else { return }
+        #expect(seconds >= 0 && seconds <= 6)
+        let required = try await alice.log.wait(after: soon, for: "authenticationRequired") {
+            if case .authenticationRequired(let reason) = $0 { reason.contains("expired") } else { false }
+        }
+        #expect(Date() >= first.notAfter)
+        try service.restart()
+        defer { service.stop() }
+        try await alice.log.wait(after: required, for: "enrolled") { if case .enrolled = $0 { true } else { false } }
+        #expect(alice.tokens.count >= 2)
     }
 
     @Test func aRevocationIsSeenByTheOtherPeerWithinOneRefresh() async throws {
@@ -396,6 +466,33 @@ struct PeerCLITests {
         try service.token("alice").write(toFile: dir.appendingPathComponent("alice.jwt").path, atomically: true, encoding: .utf8)
         let reenrolled = try await tool(["peer", "renew", "--dir", "alice"], in: dir)
         #expect(reenrolled.status == 0 && reenrolled.out.contains("enrolled spiffe://"), "\(reenrolled.out)\(reenrolled.err)")
+    }
+
+    /// `renew --daemon --exec`: the command runs after each renewal, and SIGTERM stops the daemon.
+    @Test func theRenewalDaemonRunsItsCommandAfterEachRenewal() async throws {
+        let service = try DeviceService()
+        defer { service.stop() }
+        let dir = service.directory
+        try service.token("dan").write(toFile: dir.appendingPathComponent("dan.jwt").path, atomically: true, encoding: .utf8)
+        let enroll = try await tool(
+            ["peer", "enroll", "--server", service.url, "--ca", "state/ca/root.pem", "--provider", "dev", "--token-file", "dan.jwt",
+             "--dir", "dan", "--validity", "3"], in: dir)
+        #expect(enroll.status == 0, "\(enroll.err)")
+        let daemon = try ServeProcess.start(
+            until: "running", arguments: ["peer", "renew", "--dir", "dan", "--daemon", "--exec", "cat dan/chain.pem > hooked.pem; echo ran >> hook.log"],
+            in: dir)
+        let hookLog = dir.appendingPathComponent("hook.log").path
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, ((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "").split(separator: "\n").count < 2 {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        daemon.process.terminate()
+        let exit = daemon.process.waitForExit(timeout: 30)
+        #expect(exit?.reason == .exit && exit?.status == 0, "\(String(describing: exit))")
+        #expect(((try? String(contentsOfFile: hookLog, encoding: .utf8)) ?? "").split(separator: "\n").count >= 2)
+        // The hook saw a complete chain: what the status shows is a certificate it could read.
+        let hooked = try String(contentsOfFile: dir.appendingPathComponent("hooked.pem").path, encoding: .utf8)
+        #expect(hooked.hasPrefix("-----BEGIN CERTIFICATE-----") && hooked.hasSuffix("-----END CERTIFICATE-----\n"))
     }
 
     /// kill -9 at each step of a renewal's write (strace kills `peer renew` as it enters the
