@@ -91,10 +91,7 @@ struct CredentialStore: Sendable {
             throw PeerClientError(.storage, "cannot make the new credential current: \(Self.reason())")
         }
         try sync(directory)
-        for (top, target) in [("key.pem", "current/key.pem"), ("chain.pem", "current/chain.pem")] {
-            var buffer = [CChar](repeating: 0, count: 256)
-            let length = readlink(path(top), &buffer, buffer.count - 1)
-            if length > 0, String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) == target { continue }
+        for (top, target) in [("key.pem", "current/key.pem"), ("chain.pem", "current/chain.pem")] where linkTarget(top) != target {
             unlink(path(top))
             symlink(target, path(top))
         }
@@ -108,24 +105,25 @@ struct CredentialStore: Sendable {
 
     /// Replaces the stored revocation list (atomically: a new file renamed over the old).
     func saveRevocationList(_ der: [UInt8]) throws(PeerClientError) {
-        let temporary = path(".crl-\(UUID().uuidString)")
-        do throws(SecureFileError) { try SecureFile.writeNew(temporary, der, mode: 0o644) } catch {
+        do throws(SecureFileError) { try SecureFile.replace(path("crl.der"), der, mode: 0o644) } catch {
             throw PeerClientError(.storage, error.message)
-        }
-        guard rename(temporary, path("crl.der")) == 0 else {
-            unlink(temporary)
-            throw PeerClientError(.storage, "cannot replace \(path("crl.der")): \(Self.reason())")
         }
     }
 
     /// The generation `current` links to, when it exists.
     func currentGeneration() -> String? {
-        var buffer = [CChar](repeating: 0, count: 256)
-        let length = readlink(path("current"), &buffer, buffer.count - 1)
-        guard length > 0 else { return nil }
-        let name = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard name.hasPrefix("gen-"), !name.contains("/"), FileManager.default.fileExists(atPath: path(name)) else { return nil }
+        guard let name = linkTarget("current"), name.hasPrefix("gen-"), !name.contains("/"), FileManager.default.fileExists(atPath: path(name)) else {
+            return nil
+        }
         return name
+    }
+
+    /// What the symbolic link `name` in the directory points to, or nil.
+    private func linkTarget(_ name: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let length = readlink(path(name), &buffer, buffer.count - 1)
+        guard length > 0 else { return nil }
+        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Removes what an interrupted write left (temporary directories and links) and every
@@ -133,7 +131,7 @@ struct CredentialStore: Sendable {
     func removeLeftovers() {
         let current = currentGeneration()
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
-            if name.hasPrefix(".new-") || name.hasPrefix(".current-") || name.hasPrefix(".crl-") || name.hasPrefix(".tokentool-")
+            if name.hasPrefix(".new-") || name.hasPrefix(".current-") || (name.hasPrefix("crl.der.") && name.hasSuffix(".tmp")) || name.hasPrefix(".tokentool-")
                 || (name.hasPrefix("gen-") && name != current)
             {
                 Self.remove(path(name))
@@ -142,10 +140,7 @@ struct CredentialStore: Sendable {
     }
 
     private func sync(_ directory: String) throws(PeerClientError) {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY)
-        guard fd >= 0 else { throw PeerClientError(.storage, "cannot open \(directory): \(Self.reason())") }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw PeerClientError(.storage, "cannot sync \(directory): \(Self.reason())") }
+        do throws(SecureFileError) { try SecureFile.flushDirectory(directory) } catch { throw PeerClientError(.storage, error.message) }
     }
 
     private static func remove(_ path: String) {
@@ -181,10 +176,7 @@ struct StoredCredential: Sendable {
         guard key.publicKey == leaf.publicKey else {
             throw PeerClientError(.invalidReply, "the certificate\(where_) is not for the device's key")
         }
-        let uris = (try? leaf.extensions.subjectAlternativeNames)??.compactMap { name -> String? in
-            if case .uniformResourceIdentifier(let uri) = name { return uri } else { return nil }
-        } ?? []
-        guard uris.count == 1, let spiffeID = uris.first, spiffeID.hasPrefix("spiffe://") else {
+        guard let spiffeID = PeerVerifier.spiffeURI(leaf) else {
             throw PeerClientError(.invalidReply, "the certificate\(where_) does not carry exactly one SPIFFE ID")
         }
         self.keyPEM = keyPEM

@@ -122,7 +122,7 @@ public actor PeerClient {
                 return adopt(found)
             }
         }
-        if let stored, stored.notAfter > Date(), enrollmentReason == nil { return credential(stored) }
+        if let stored, stored.notAfter > Date(), enrollmentReason == nil { return Self.credential(stored, store: store) }
         return try await enroll()
     }
 
@@ -318,8 +318,6 @@ public actor PeerClient {
         }
         return credential
     }
-
-    private func credential(_ found: StoredCredential) -> PeerCredential { Self.credential(found, store: store) }
 
     private static func credential(_ found: StoredCredential, store: CredentialStore) -> PeerCredential {
         PeerCredential(

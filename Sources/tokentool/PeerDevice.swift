@@ -38,13 +38,8 @@ struct DeviceSettings: Codable {
         try Self.replace(Self.path(dir), Array(try encoder.encode(self)) + [0x0A])
     }
 
-    static func replace(_ path: String, _ contents: [UInt8]) throws {
-        let temporary = path + ".new-\(UUID().uuidString)"
-        try Output.writeNew(temporary, contents: contents, mode: 0o644)
-        guard rename(temporary, path) == 0 else {
-            unlink(temporary)
-            throw CLIExit(code: 1, message: "cannot write \(path): \(String(cString: strerror(errno)))")
-        }
+    static func replace(_ path: String, _ contents: [UInt8], mode: mode_t = 0o644) throws {
+        do throws(SecureFileError) { try SecureFile.replace(path, contents, mode: mode) } catch { throw CLIExit(code: 1, message: error.message) }
     }
 
     /// A client for the device in `dir`; its token provider reads the token file at each enrollment.

@@ -268,10 +268,7 @@ enum OwnTLS {
             var chain = PEMText.encode(certificate.derBytes, label: "CERTIFICATE")
             for intermediate in authority.intermediates { chain += PEMText.encode(intermediate.derBytes, label: "CERTIFICATE") }
             for (path, contents, mode) in [(files.key, try DeviceCSR.keyPEM(key), mode_t(0o600)), (files.certificate, chain, mode_t(0o644))] {
-                let temporary = path + ".new"
-                unlink(temporary)
-                try Output.writeNew(temporary, contents: Array(contents.utf8), mode: mode)
-                guard rename(temporary, path) == 0 else { throw CLIExit(code: 1, message: "cannot write \(path): \(String(cString: strerror(errno)))") }
+                try DeviceSettings.replace(path, Array(contents.utf8), mode: mode)
             }
         } catch let error as PeerCAError { throw CLIExit.usage("--tls: \(error.message)") }
     }

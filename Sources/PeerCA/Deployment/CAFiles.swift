@@ -115,9 +115,6 @@ public struct CAFiles: Sendable {
 
     /// `fsync` of a directory: the names made in it are on disk.
     private static func flushDirectory(_ path: String) throws(PeerCAError) {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw PeerCAError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
-        guard fsync(descriptor) == 0 else { throw PeerCAError(.io, "cannot flush \(path): \(String(cString: strerror(errno)))") }
+        try caFile { () throws(SecureFileError) in try SecureFile.flushDirectory(path) }
     }
 }

@@ -106,6 +106,26 @@ public enum SecureFile {
         }
     }
 
+    /// Replaces `path` whole: ``writeNew(_:_:mode:)`` to a temporary file beside it, renamed over
+    /// the old one, so a reader sees the old contents or the new, never half of either.
+    package static func replace(_ path: String, _ contents: [UInt8], mode: mode_t) throws(SecureFileError) {
+        let temporary = path + ".\(UUID().uuidString).tmp"
+        try writeNew(temporary, contents, mode: mode)
+        guard rename(temporary, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw SecureFileError(.io, path: path, "cannot replace \(path): \(reason)")
+        }
+    }
+
+    /// fsync of a directory: the names created, renamed or removed in it are on disk.
+    package static func flushDirectory(_ path: String) throws(SecureFileError) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw SecureFileError(.io, path: path, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw SecureFileError(.io, path: path, "cannot flush \(path): \(String(cString: strerror(errno)))") }
+    }
+
     /// Refuses a secret file that group or others can read.
     public static func checkPrivate(_ path: String) throws(SecureFileError) {
         guard let mode = permissions(path) else { throw SecureFileError(.io, path: path, "cannot read \(path)") }

@@ -83,6 +83,9 @@ public struct PeerVerifier: Sendable {
     /// intermediate (two if the root is sent along).
     public static let maxIntermediates = 4
 
+    /// The leaf's one `spiffe://` URI SAN, or nil (none, or more than one URI), as verification reads it.
+    package static func spiffeURI(_ leaf: Certificate) -> String? { PeerLeafPolicy.spiffeURI(leaf) }
+
     /// Verifies a presented chain (leaf first) and returns the peer's identity.
     public func verify(chain: [Certificate], role: Role) async throws(PeerCAError) -> PeerCertificateIdentity {
         try await verifiedPath(chain: chain, role: role).identity

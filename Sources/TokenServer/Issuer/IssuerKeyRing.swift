@@ -201,12 +201,7 @@ public final class IssuerKeyRing: Sendable {
     /// Replaces the manifest (rotation): a temporary file renamed over the old one, so a reader
     /// sees the old or the new manifest, never half of one.
     private func replaceManifest(_ manifest: Manifest) throws(PeerCAError) {
-        let temporary = manifestPath + ".\(UUID().uuidString).tmp"
         let bytes = try manifestBytes(manifest)
-        do throws(SecureFileError) { try SecureFile.writeNew(temporary, bytes, mode: 0o644) } catch { throw PeerCAError(error) }
-        guard rename(temporary, manifestPath) == 0 else {
-            unlink(temporary)
-            throw PeerCAError(.io, "cannot replace \(manifestPath)")
-        }
+        do throws(SecureFileError) { try SecureFile.replace(manifestPath, bytes, mode: 0o644) } catch { throw PeerCAError(error) }
     }
 }
